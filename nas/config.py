@@ -1,0 +1,353 @@
+"""The architecture config: one frozen, validated dataclass for every family.
+
+``ArchConfig`` holds every key of the contract (see ``shared/design/contract.md``). It validates on
+construction with messages that name the value and the rule; ``from_dict`` rejects unknown keys and
+fills keys a family needs but the mapping leaves out from that family's base preset; ``arch_id`` is
+a stable hash of the normalised config (equal networks, equal id).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from nas.errors import ConfigError
+from nas.sharing import canonical_pattern, format_pattern, parse_pattern
+
+__all__ = [
+    "FAMILIES",
+    "ArchConfig",
+    "AttentionSharing",
+    "Family",
+    "stack_depths",
+]
+
+Family = Literal["mcan", "ort", "lxmert", "vit", "swin"]
+AttentionSharing = Literal["none", "kv", "qk", "qv"]
+FAMILIES: tuple[str, ...] = get_args(Family)
+_SHARINGS: tuple[str, ...] = get_args(AttentionSharing)
+
+# The stacks of each family, in order, with the config key holding each stack's depth.
+_STACKS: dict[str, dict[str, str]] = {
+    "mcan": {"encoder": "encoder_layers", "decoder": "decoder_layers"},
+    "ort": {"encoder": "encoder_layers", "decoder": "decoder_layers"},
+    "lxmert": {"language": "language_layers", "vision": "vision_layers", "cross": "cross_layers"},
+    "vit": {"encoder": "encoder_layers"},
+    "swin": {},
+}
+# Keys that only some families use; a family not listed must leave the key unset (None).
+_FAMILY_KEYS: dict[str, tuple[str, ...]] = {
+    "encoder_layers": ("mcan", "ort", "vit"),
+    "decoder_layers": ("mcan", "ort"),
+    "language_layers": ("lxmert",),
+    "vision_layers": ("lxmert",),
+    "cross_layers": ("lxmert",),
+    "depths": ("swin",),
+    "radix_base": ("ort",),
+    "patch_size": ("vit", "swin"),
+    "window_size": ("swin",),
+}
+# Families whose networks contain cross-attention (``qv`` sharing cannot apply there).
+_HAS_CROSS_ATTENTION = ("mcan", "ort", "lxmert")
+
+_INT_KEYS = (
+    "d_model", "d_ff", "heads", "encoder_layers", "decoder_layers", "language_layers",
+    "vision_layers", "cross_layers", "groups", "qk_multiplier", "radix_base", "patch_size",
+    "window_size",
+)
+_BOOL_KEYS = (
+    "group_attention", "group_ffn", "weight_sharing", "group_merge", "group_intermediate",
+)
+_GROUP_FLAGS = ("group_attention", "group_ffn", "group_merge", "group_intermediate")
+
+LayerSharing = str | tuple[tuple[str, str], ...] | None
+
+
+def stack_depths(family: str, values: Mapping[str, Any]) -> dict[str, int]:
+    """Depth of each stack of ``family`` (empty for swin, whose stages are not shared)."""
+    return {name: int(values[key]) for name, key in _STACKS[family].items()}
+
+
+@dataclass(frozen=True)
+class ArchConfig:
+    """One architecture: a family and its knobs (see ``knobs.md``).
+
+    Only the top-level model reads this object; blocks receive explicit arguments.
+    """
+
+    family: Family
+    d_model: int
+    d_ff: int
+    heads: int
+    encoder_layers: int | None = None
+    decoder_layers: int | None = None
+    language_layers: int | None = None
+    vision_layers: int | None = None
+    cross_layers: int | None = None
+    depths: tuple[int, ...] | None = None
+    groups: int = 1
+    group_attention: bool = False
+    group_ffn: bool = False
+    weight_sharing: bool = False
+    group_merge: bool = False
+    group_intermediate: bool = False
+    qk_multiplier: int = 1
+    layer_sharing: LayerSharing = None
+    attention_sharing: AttentionSharing = "none"
+    radix_base: int | None = None
+    patch_size: int | None = None
+    window_size: int | None = None
+    _patterns: dict[str, tuple[int, ...]] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
+
+    # ------------------------------------------------------------------ validation
+    def __post_init__(self) -> None:
+        if isinstance(self.layer_sharing, Mapping):
+            object.__setattr__(
+                self, "layer_sharing", tuple(sorted((str(k), v) for k, v in
+                                                    self.layer_sharing.items()))
+            )
+        if isinstance(self.depths, list):
+            object.__setattr__(self, "depths", tuple(self.depths))
+        self._check_types()
+        self._check_family_keys()
+        self._check_divisibility()
+        self._check_knobs()
+        object.__setattr__(self, "_patterns", self._parse_sharing())
+
+    def _check_types(self) -> None:
+        if self.family not in FAMILIES:
+            raise ConfigError(f"`family` must be one of {list(FAMILIES)}, but got {self.family!r}.")
+        for key in _INT_KEYS:
+            value = getattr(self, key)
+            if value is None and key not in ("d_model", "d_ff", "heads", "groups",
+                                             "qk_multiplier"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"`{key}` must be an integer, but got {key}={value!r}.")
+            if value < 1:
+                raise ConfigError(f"`{key} >= 1` must hold, but got {key}={value}.")
+        for key in _BOOL_KEYS:
+            value = getattr(self, key)
+            if not isinstance(value, bool):
+                raise ConfigError(f"`{key}` must be true or false, but got {key}={value!r}.")
+        if self.attention_sharing not in _SHARINGS:
+            raise ConfigError(
+                f"`attention_sharing` must be one of {list(_SHARINGS)}, "
+                f"but got {self.attention_sharing!r}."
+            )
+        if self.depths is not None and (
+            not isinstance(self.depths, tuple)
+            or not self.depths
+            or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in self.depths)
+        ):
+            raise ConfigError(
+                f"`depths` must be a non-empty list of integers >= 1, but got {self.depths!r}."
+            )
+        if self.radix_base is not None and self.radix_base < 2:
+            raise ConfigError(f"`radix_base >= 2` must hold, but got radix_base={self.radix_base}.")
+
+    def _check_family_keys(self) -> None:
+        for key, families in _FAMILY_KEYS.items():
+            if getattr(self, key) is not None and self.family not in families:
+                reason = (
+                    " (radix encoding needs a text decoder)" if key == "radix_base" else ""
+                )
+                raise ConfigError(
+                    f"`{key}` does not apply to family {self.family!r}{reason}; it is a key of "
+                    f"{', '.join(families)}."
+                )
+        required = [*_STACKS[self.family].values()]
+        if self.family == "swin":
+            required += ["depths", "patch_size", "window_size"]
+        if self.family == "vit":
+            required += ["patch_size"]
+        for key in required:
+            if getattr(self, key) is None:
+                raise ConfigError(f"Family {self.family!r} needs `{key}`, but it is not set.")
+
+    def _check_divisibility(self) -> None:
+        d, ff, h, k = self.d_model, self.d_ff, self.heads, self.groups
+        if d % h:
+            raise ConfigError(f"`d_model % heads == 0` must hold, but got d_model={d}, heads={h}.")
+        for name, value in (("d_model", d), ("d_ff", ff), ("heads", h)):
+            if value % k:
+                raise ConfigError(
+                    f"`{name} % groups == 0` must hold, but got {name}={value}, groups={k}."
+                )
+        if self.family == "swin" and self.depths is not None:
+            # Stage i has width d * 2**i and heads h * 2**i: divisibility carries over.
+            if self.window_size is not None and self.window_size < 1:
+                raise ConfigError(f"`window_size >= 1` must hold, got {self.window_size}.")
+
+    def _check_knobs(self) -> None:
+        n, sharing = self.qk_multiplier, self.attention_sharing
+        if sharing == "kv" and n != 1:
+            raise ConfigError(
+                f"attention_sharing='kv' needs qk_multiplier=1 (W_K = W_V must have one width), "
+                f"but got qk_multiplier={n}."
+            )
+        if sharing == "qv" and n != 1:
+            raise ConfigError(
+                f"attention_sharing='qv' needs qk_multiplier=1 (W_Q = W_V must have one width), "
+                f"but got qk_multiplier={n}."
+            )
+        if sharing == "qv" and self.family in _HAS_CROSS_ATTENTION:
+            raise ConfigError(
+                f"attention_sharing='qv' applies to self-attention only, and family "
+                f"{self.family!r} has cross-attention; use 'none', 'kv' or 'qk'."
+            )
+        if self.layer_sharing is not None and self.family == "swin":
+            raise ConfigError(
+                "`layer_sharing` is not supported for family 'swin' (its blocks alternate "
+                "window shifts, so one module cannot serve two depths); set it to null."
+            )
+
+    def _parse_sharing(self) -> dict[str, tuple[int, ...]]:
+        stacks = stack_depths(self.family, dataclasses.asdict(self))
+        patterns = {name: tuple(range(depth)) for name, depth in stacks.items()}
+        if self.layer_sharing is None:
+            return patterns
+        given: dict[str, Any]
+        if isinstance(self.layer_sharing, str):
+            given = dict.fromkeys(stacks, self.layer_sharing)
+        elif isinstance(self.layer_sharing, tuple):
+            given = dict(self.layer_sharing)
+        else:
+            raise ConfigError(
+                "`layer_sharing` must be null, a pattern string or a mapping from stack name to "
+                f"pattern, but got {self.layer_sharing!r}."
+            )
+        for name, text in given.items():
+            if name not in stacks:
+                raise ConfigError(
+                    f"`layer_sharing` names stack {name!r}, but family {self.family!r} has "
+                    f"stacks {list(stacks)}."
+                )
+            if text is None:
+                continue
+            pattern = parse_pattern(text)
+            if len(pattern) != stacks[name]:
+                raise ConfigError(
+                    f"The {name} sharing pattern {text!r} has length {len(pattern)}, but the "
+                    f"{name} stack has {stacks[name]} layers."
+                )
+            patterns[name] = canonical_pattern(pattern)
+        return patterns
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def stacks(self) -> dict[str, int]:
+        """Executed depth of each stack."""
+        return {name: len(p) for name, p in self._patterns.items()}
+
+    def sharing_pattern(self, stack: str) -> tuple[int, ...]:
+        """The canonical sharing pattern of ``stack`` (``(0,1,...,L-1)`` when unshared)."""
+        return self._patterns[stack]
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    @property
+    def attention_groups(self) -> int:
+        """Groups of the Q/K/V projections (1 unless G-MHA is on)."""
+        return self.groups if self.group_attention else 1
+
+    @property
+    def ffn_groups(self) -> int:
+        """Groups of the FFN's second projection W2 (1 unless G-FFN is on)."""
+        return self.groups if self.group_ffn else 1
+
+    @property
+    def merge_groups(self) -> int:
+        """Groups of the attention output projection W_O (1 unless G-LML is on)."""
+        return self.groups if self.group_merge else 1
+
+    @property
+    def intermediate_groups(self) -> int:
+        """Groups of the FFN's first projection W1 (1 unless G-IL is on)."""
+        return self.groups if self.group_intermediate else 1
+
+    @property
+    def shares_group_weights(self) -> bool:
+        """Whether WS is in effect (some group-wise layer exists and WS is on)."""
+        return self.weight_sharing and self.groups > 1 and any(
+            getattr(self, f) for f in _GROUP_FLAGS
+        )
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def to_dict(self) -> dict[str, Any]:
+        """The config as a flat, JSON/YAML-serialisable mapping (unset keys left out)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.name.startswith("_"):
+                continue
+            value = getattr(self, f.name)
+            if value is None and f.name in _FAMILY_KEYS:
+                continue
+            if isinstance(value, tuple) and f.name == "depths":
+                value = list(value)
+            if isinstance(value, tuple) and f.name == "layer_sharing":
+                value = dict(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ArchConfig:
+        """Build from a flat mapping; unknown keys are an error.
+
+        Keys the family needs but ``data`` leaves out come from the family's base preset.
+        """
+        if not isinstance(data, Mapping):
+            raise ConfigError(
+                f"An architecture config must be a mapping, but got {type(data).__name__}."
+            )
+        known = {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(
+                f"Unknown architecture key {unknown[0]!r}; valid keys are {sorted(known)}."
+            )
+        if "family" not in data:
+            raise ConfigError(f"The architecture config needs `family`, one of {list(FAMILIES)}.")
+        family = data["family"]
+        if family not in FAMILIES:
+            raise ConfigError(f"`family` must be one of {list(FAMILIES)}, but got {family!r}.")
+        from nas.presets import family_defaults  # presets are data built on this module
+
+        values = {**family_defaults(family), **data}
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> ArchConfig:
+        """A copy with some keys changed, validated like any config."""
+        return ArchConfig.from_dict({**self.to_dict(), **changes})
+
+    # ------------------------------------------------------------------ identity
+    def normalized(self) -> dict[str, Any]:
+        """The config with no-op knobs cleared, so that equal networks compare equal."""
+        out = self.to_dict()
+        if self.groups == 1:
+            for flag in _GROUP_FLAGS:
+                out[flag] = False
+        if not any(out[f] for f in _GROUP_FLAGS):
+            out["groups"] = 1
+        if not self.shares_group_weights:
+            out["weight_sharing"] = False
+        shared = {
+            name: format_pattern(p) for name, p in self._patterns.items()
+            if p != tuple(range(len(p)))
+        }
+        out["layer_sharing"] = shared or None
+        return out
+
+    @property
+    def arch_id(self) -> str:
+        """Stable 12-hex-digit hash of the normalised config."""
+        blob = json.dumps(self.normalized(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha1(blob.encode()).hexdigest()[:12]

@@ -1,0 +1,136 @@
+"""The cost model: parameters, weight-matrix parameters and multiply-adds, split by part.
+
+The model is built on the ``meta`` device (no weights allocated) and its forward pass on the
+task geometry is traced with ``torch.utils.flop_counter``: every matrix product, batched matrix
+product and convolution is counted at the shapes it actually runs with, so shared layers count
+once per executed depth and group-wise layers at 1/k of the dense cost. One multiply-add is two
+FLOPs. Biases, norms, softmax, activations and residual adds are not counted (knobs.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from nas.config import ArchConfig
+from nas.layers.grouped import GroupLinear
+from nas.models import FamilyModel, create_model, resolve_task
+from nas.tasks import TaskGeometry
+
+__all__ = [
+    "Cost",
+    "PartCost",
+    "count_params",
+    "estimate_cost",
+    "model_cost",
+    "trace_madds",
+]
+
+_MATRIX_MODULES = (nn.Linear, nn.Embedding, nn.modules.conv._ConvNd, GroupLinear)
+
+
+@dataclass(frozen=True)
+class PartCost:
+    params: int
+    params_matrix: int
+    madds: int
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What ``nas cost --json`` prints."""
+
+    arch_id: str
+    family: str
+    task: str
+    params: int
+    params_matrix: int
+    madds: int
+    parts: dict[str, PartCost]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _is_matrix(module: nn.Module, name: str) -> bool:
+    if isinstance(module, _MATRIX_MODULES):
+        return name == "weight"
+    if isinstance(module, nn.RNNBase):
+        return name.startswith(("weight_ih", "weight_hh"))
+    return False
+
+
+def count_params(model: FamilyModel) -> dict[str, tuple[int, int]]:
+    """(params, params_matrix) per part, each unique trainable tensor counted once.
+
+    A tensor reachable under two names (a tied embedding) counts once, in the part of the first
+    name ``named_modules`` reaches it by.
+    """
+    seen: set[int] = set()
+    out = {part: (0, 0) for part in model.PARTS}
+    for module_name, module in model.named_modules():
+        for name, p in module.named_parameters(recurse=False):
+            if id(p) in seen or not p.requires_grad:
+                continue
+            seen.add(id(p))
+            path = f"{module_name}.{name}" if module_name else name
+            part = model.part_of(path)
+            if part is None:
+                raise ValueError(f"parameter {path!r} of {type(model).__name__} is in no part")
+            n, nm = out[part]
+            out[part] = (n + p.numel(), nm + (p.numel() if _is_matrix(module, name) else 0))
+    return out
+
+
+def trace_madds(model: FamilyModel, inputs: dict[str, torch.Tensor]) -> dict[str, int]:
+    """Multiply-adds per part of one forward pass on ``inputs`` (any device, ``meta`` too)."""
+    root = type(model).__name__
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(**inputs)
+    counts = counter.get_flop_counts()
+    out = dict.fromkeys(model.PARTS, 0)
+    for part, prefixes in model.PARTS.items():
+        for prefix in prefixes:
+            out[part] += int(sum(counts.get(f"{root}.{prefix}", {}).values())) // 2
+    rest = int(counter.get_total_flops()) // 2 - sum(out.values())
+    if rest:
+        raise ValueError(
+            f"{type(model).__name__}.forward does {rest} multiply-adds outside its parts; "
+            "move that computation into a module listed in PARTS."
+        )
+    return out
+
+
+def model_cost(
+    model: FamilyModel, config: ArchConfig, task: TaskGeometry, batch: int = 1
+) -> Cost:
+    """The cost of an already built ``model`` (MAdds per sample)."""
+    params = count_params(model)
+    was_training = model.training
+    model.eval()
+    madds = trace_madds(model, model.example_inputs(batch))
+    model.train(was_training)
+    parts = {
+        part: PartCost(params[part][0], params[part][1], madds[part] // batch)
+        for part in model.PARTS
+    }
+    return Cost(
+        arch_id=config.arch_id,
+        family=config.family,
+        task=task.name,
+        params=sum(p.params for p in parts.values()),
+        params_matrix=sum(p.params_matrix for p in parts.values()),
+        madds=sum(p.madds for p in parts.values()),
+        parts=parts,
+    )
+
+
+def estimate_cost(config: ArchConfig, task: TaskGeometry | str | None = None) -> Cost:
+    """Cost of ``config`` on ``task``, computed on the meta device (no weights allocated)."""
+    geometry = resolve_task(config, task)
+    model = create_model(config, geometry, device="meta")
+    return model_cost(model, config, geometry)

@@ -1,0 +1,49 @@
+"""The five family networks and ``create_model``, the one way to build them."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+import torch
+
+from nas.config import ArchConfig
+from nas.models.base import FamilyModel
+from nas.tasks import DEFAULT_TASK, TaskGeometry, check_task_fits, get_geometry
+
+__all__ = ["FamilyModel", "create_model", "resolve_task"]
+
+# family -> module defining ``build(config, task, *, device=None, dtype=None) -> FamilyModel``
+_BUILDERS = {
+    "mcan": "nas.models.mcan",
+    "ort": "nas.models.ort",
+    "lxmert": "nas.models.lxmert",
+    "vit": "nas.models.vit",
+    "swin": "nas.models.swin",
+}
+
+
+def resolve_task(config: ArchConfig, task: TaskGeometry | str | None) -> TaskGeometry:
+    """The task geometry to build ``config`` for: given, named, or the family's default."""
+    if task is None:
+        task = DEFAULT_TASK[config.family]
+    geometry = get_geometry(task) if isinstance(task, str) else task
+    check_task_fits(config.family, geometry)
+    return geometry
+
+
+def create_model(
+    config: ArchConfig,
+    task: TaskGeometry | str | None = None,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> FamilyModel:
+    """Build the network ``config`` describes for ``task`` (default: the family's task).
+
+    ``device="meta"`` builds it without allocating weights (what the cost model does).
+    """
+    geometry = resolve_task(config, task)
+    module = importlib.import_module(_BUILDERS[config.family])
+    build: Callable[..., FamilyModel] = module.build
+    return build(config, geometry, device=device, dtype=dtype)

@@ -1,0 +1,43 @@
+"""What every family network provides to the rest of the system."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+__all__ = ["FamilyModel"]
+
+
+class FamilyModel(nn.Module):
+    """Base class of the five family networks.
+
+    Subclasses set ``PARTS``: part name -> dotted names (module or parameter paths, such as
+    ``"encoder"`` or ``"net.blocks"``) that make up that part. ``backbone`` is always a part. The
+    names must not nest, and every parameter and every multiply-add of the forward pass must fall
+    under exactly one of them, so the parts add up to the totals (the cost model checks this).
+    """
+
+    PARTS: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    def example_inputs(self, batch: int = 1) -> dict[str, torch.Tensor]:
+        """Inputs of the task geometry, on the model's device (``meta`` included), such that
+        ``self(**self.example_inputs())`` runs the cost-defining forward pass."""
+        raise NotImplementedError
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def part_of(self, name: str) -> str | None:
+        """The part that the module or parameter path ``name`` falls under, if any."""
+        for part, prefixes in self.PARTS.items():
+            for prefix in prefixes:
+                if name == prefix or name.startswith(prefix + "."):
+                    return part
+        return None
+
+    def extra_state_for_checkpoint(self) -> dict[str, Any]:
+        """Anything besides the config and weights needed to rebuild the model (tokenizers)."""
+        return {}

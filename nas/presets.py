@@ -1,0 +1,96 @@
+"""Architecture presets: the papers' networks as rows of data.
+
+Each preset is a flat mapping in the contract's keys. ``base`` names the row it extends, so a
+variant lists only what it changes. Where a paper does not print a size, the row's note says how
+it was reconstructed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nas.config import ArchConfig
+from nas.errors import ConfigError
+
+__all__ = ["PRESETS", "PresetInfo", "family_defaults", "get_preset", "list_presets"]
+
+PresetInfo = dict[str, Any]
+
+_LW = {"groups": 2, "group_attention": True, "group_ffn": True, "weight_sharing": True}
+
+# name -> (base preset or None, keys, note)
+_TABLE: dict[str, tuple[str | None, dict[str, Any], str]] = {
+    "mcan-small": (None, {
+        "family": "mcan", "d_model": 512, "d_ff": 2048, "heads": 8,
+        "encoder_layers": 6, "decoder_layers": 6,
+    }, "MCAN-small encoder-decoder, the Transformer baseline of LW-Transformer"),
+    "lw-1x": ("mcan-small", dict(_LW), "LW-Transformer 1x: k=2, G-MHA + G-FFN + WS"),
+    "lw-3x": ("lw-1x", {"qk_multiplier": 3}, "LW-Transformer 3x: LW 1x with Q/K expanded 3x"),
+    "lw-mini": ("lw-1x", {"groups": 4},
+                "LW-Transformer mini: the k=4 row of the group ablation (our reading)"),
+    "ort-base": (None, {
+        "family": "ort", "d_model": 512, "d_ff": 2048, "heads": 8,
+        "encoder_layers": 6, "decoder_layers": 6,
+    }, "Object Relation Transformer captioner"),
+    "ort-small": ("ort-base", {"d_model": 256, "d_ff": 1024},
+                  "ORT at half width (ACORT's small setting, width reconstructed)"),
+    "ort-xsmall": ("ort-base", {"d_model": 192, "d_ff": 768},
+                   "ORT at 192 wide (ACORT's xsmall setting, width reconstructed from the "
+                   "paper's 21.6x reduction)"),
+    "acort-base": ("ort-base", {
+        "radix_base": 768, "attention_sharing": "kv", "layer_sharing": "(0x3,1x3)",
+    }, "ACORT-base: radix v=768, Share-kV, (0x3,1x3) in encoder and decoder"),
+    "acort-base-al": ("acort-base", {"layer_sharing": "(0x6)"},
+                      "ACORT-base with ALBERT-style full layer sharing (0x6)"),
+    "acort-small": ("acort-base", {"d_model": 256, "d_ff": 1024}, "ACORT-small"),
+    "acort-xsmall": ("acort-base", {"d_model": 192, "d_ff": 768}, "ACORT-xsmall"),
+    "lxmert": (None, {
+        "family": "lxmert", "d_model": 768, "d_ff": 3072, "heads": 12,
+        "language_layers": 9, "vision_layers": 5, "cross_layers": 5,
+    }, "LXMERT: 9 language, 5 object-relationship, 5 cross-modality layers"),
+    "lw-lxmert-1x": ("lxmert", dict(_LW), "LW-LXMERT 1x: k=2, G-MHA + G-FFN + WS"),
+    "deit-tiny": (None, {
+        "family": "vit", "d_model": 192, "d_ff": 768, "heads": 3, "encoder_layers": 12,
+        "patch_size": 16,
+    }, "DeiT-Ti (timm vit_tiny_patch16_224)"),
+    "deit-small": ("deit-tiny", {"d_model": 384, "d_ff": 1536, "heads": 6}, "DeiT-S"),
+    "deit-base": ("deit-tiny", {"d_model": 768, "d_ff": 3072, "heads": 12}, "DeiT-B"),
+    "armour-tiny": ("deit-tiny", {"attention_sharing": "qv"}, "Armour-Ti: DeiT-Ti with W_V = W_Q"),
+    "swin-tiny": (None, {
+        "family": "swin", "d_model": 96, "d_ff": 384, "heads": 3, "depths": [2, 2, 6, 2],
+        "patch_size": 4, "window_size": 7,
+    }, "Swin-T (timm swin_tiny_patch4_window7_224)"),
+    "lw-swin-tiny": ("swin-tiny", {**_LW, "groups": 3},
+                     "LW Swin-T: G-MHA + G-FFN + WS with k=3 (the only k > 1 dividing 3 heads)"),
+}
+
+_FAMILY_BASE = {"mcan": "mcan-small", "ort": "ort-base", "lxmert": "lxmert", "vit": "deit-tiny",
+                "swin": "swin-tiny"}
+
+
+def _resolve(name: str) -> dict[str, Any]:
+    base, keys, _ = _TABLE[name]
+    return {**(_resolve(base) if base else {}), **keys}
+
+
+PRESETS: dict[str, dict[str, Any]] = {name: _resolve(name) for name in _TABLE}
+
+
+def family_defaults(family: str) -> dict[str, Any]:
+    """The keys of ``family``'s base preset (used to fill keys a config leaves out)."""
+    return dict(PRESETS[_FAMILY_BASE[family]])
+
+
+def get_preset(name: str) -> ArchConfig:
+    """The preset ``name`` as a validated config."""
+    if name not in PRESETS:
+        raise ConfigError(f"Unknown preset {name!r}; presets are {sorted(PRESETS)}.")
+    return ArchConfig.from_dict(PRESETS[name])
+
+
+def list_presets() -> list[PresetInfo]:
+    """Name, family and note of every preset, in table order."""
+    return [
+        {"name": name, "family": PRESETS[name]["family"], "note": note}
+        for name, (_, _, note) in _TABLE.items()
+    ]

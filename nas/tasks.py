@@ -1,0 +1,94 @@
+"""Task geometries: the input shapes and output sizes that fix a model's cost.
+
+A geometry needs no data. The trainable tasks (proxy tasks, the user's datasets) live in
+``trainers`` and each carries a geometry of this kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from nas.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_TASK",
+    "GEOMETRIES",
+    "TaskGeometry",
+    "TaskKind",
+    "check_task_fits",
+    "get_geometry",
+]
+
+TaskKind = Literal["vqa", "caption", "image"]
+
+
+@dataclass(frozen=True)
+class TaskGeometry:
+    """Input geometry and output size of a task.
+
+    Attributes:
+        kind: ``vqa`` (question tokens + region features -> answer class), ``caption`` (region
+            features + boxes -> word sequence) or ``image`` (pixels -> class).
+        num_outputs: answers (vqa), words of the caption vocabulary including its special tokens
+            (caption), or classes (image).
+        question_tokens / question_vocab: question length and its word vocabulary (vqa).
+        regions / region_dim: number of region features and their width (vqa, caption).
+        caption_words: caption length in words (caption); radix encoding multiplies the number
+            of decoder tokens by its digit count.
+        image_size / in_chans: square image side in pixels and channels (image).
+    """
+
+    name: str
+    kind: TaskKind
+    num_outputs: int
+    question_tokens: int = 0
+    question_vocab: int = 0
+    regions: int = 0
+    region_dim: int = 0
+    caption_words: int = 0
+    image_size: int = 0
+    in_chans: int = 3
+
+
+GEOMETRIES: dict[str, TaskGeometry] = {
+    g.name: g
+    for g in (
+        TaskGeometry("vqa2", "vqa", 3129, question_tokens=14, question_vocab=20572, regions=100,
+                     region_dim=2048),
+        TaskGeometry("gqa", "vqa", 1843, question_tokens=29, question_vocab=2933, regions=100,
+                     region_dim=2048),
+        TaskGeometry("clevr", "vqa", 28, question_tokens=43, question_vocab=82, regions=196,
+                     region_dim=1024),
+        TaskGeometry("coco-captions", "caption", 10001, regions=36, region_dim=2048,
+                     caption_words=16),
+        TaskGeometry("imagenet", "image", 1000, image_size=224),
+        TaskGeometry("cifar100", "image", 100, image_size=32),
+    )
+}
+
+# Each family's task kind and default task.
+FAMILY_KIND: dict[str, TaskKind] = {
+    "mcan": "vqa", "lxmert": "vqa", "ort": "caption", "vit": "image", "swin": "image",
+}
+DEFAULT_TASK: dict[str, str] = {
+    "mcan": "vqa2", "lxmert": "vqa2", "ort": "coco-captions", "vit": "imagenet",
+    "swin": "imagenet",
+}
+
+
+def get_geometry(name: str) -> TaskGeometry:
+    """The cost-only geometry called ``name``."""
+    if name not in GEOMETRIES:
+        raise ConfigError(f"Unknown task {name!r}; cost geometries are {sorted(GEOMETRIES)}.")
+    return GEOMETRIES[name]
+
+
+def check_task_fits(family: str, task: TaskGeometry) -> None:
+    """Raise ``ConfigError`` when ``family`` cannot run on ``task``."""
+    if FAMILY_KIND[family] != task.kind:
+        fitting = sorted(n for n, g in GEOMETRIES.items() if g.kind == FAMILY_KIND[family])
+        raise ConfigError(
+            f"Task {task.name!r} is a {task.kind} task, but family {family!r} needs a "
+            f"{FAMILY_KIND[family]} task such as {fitting}."
+        )
