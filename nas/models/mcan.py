@@ -24,7 +24,15 @@ from nas.layers import Attention, FeedForward, SharedStack
 from nas.models.base import FamilyModel
 from nas.tasks import TaskGeometry
 
-__all__ = ["MCAN", "AttentionPool", "GuidedSelfAttentionLayer", "SelfAttentionLayer", "build"]
+__all__ = [
+    "MCAN",
+    "AttentionPool",
+    "Decoder",
+    "Encoder",
+    "GuidedSelfAttentionLayer",
+    "SelfAttentionLayer",
+    "build",
+]
 
 WORD_DIM = 300  # MCAN's GloVe word-embedding width
 _LN_EPS = 1e-6  # MCAN's LayerNorm epsilon
@@ -101,6 +109,38 @@ class GuidedSelfAttentionLayer(nn.Module):
         return self.norm3(y + self.drop3(self.ffn(y)))  # (B, R, d)
 
 
+class Encoder(nn.Module):
+    """The question encoder: SA layers run in ``stack``'s sharing pattern."""
+
+    def __init__(self, stack: SharedStack) -> None:
+        super().__init__()
+        self.stack = stack
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        for _, layer in self.stack.executed():
+            x = layer(x, mask)
+        return x  # (B, Lq, d)
+
+
+class Decoder(nn.Module):
+    """The region decoder: SGA layers, each guided by the final encoder output ``memory``."""
+
+    def __init__(self, stack: SharedStack) -> None:
+        super().__init__()
+        self.stack = stack
+
+    def forward(
+        self,
+        y: torch.Tensor,
+        memory: torch.Tensor,
+        y_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        for _, layer in self.stack.executed():
+            y = layer(y, memory, y_mask, memory_mask)
+        return y  # (B, R, d)
+
+
 class AttentionPool(nn.Module):
     """MCAN's attention flattening (one glimpse): softmax-weighted sum of tokens, then a merge.
 
@@ -155,8 +195,8 @@ class MCAN(FamilyModel):
         question_tokens: int,
         regions: int,
         dim: int,
-        encoder: SharedStack,
-        decoder: SharedStack,
+        encoder: Encoder,
+        decoder: Decoder,
         dropout: float = 0.1,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -183,10 +223,8 @@ class MCAN(FamilyModel):
 
         x, _ = self.lstm(self.word_embed(question))  # (B, Lq, d)
         y = self.region_proj(regions)  # (B, R, d)
-        for _, layer in self.encoder.executed():
-            x = layer(x, q_mask)
-        for _, layer in self.decoder.executed():
-            y = layer(y, x, r_mask, q_mask)
+        x = self.encoder(x, q_mask)
+        y = self.decoder(y, x, r_mask, q_mask)
 
         fused = self.question_pool(x, q_keep) + self.region_pool(y, r_keep)  # (B, 2d)
         return self.classifier(self.norm(fused))  # (B, A)
@@ -244,8 +282,8 @@ def build(
         question_tokens=task.question_tokens,
         regions=task.regions,
         dim=d,
-        encoder=stack("encoder", SelfAttentionLayer),
-        decoder=stack("decoder", GuidedSelfAttentionLayer),
+        encoder=Encoder(stack("encoder", SelfAttentionLayer)),
+        decoder=Decoder(stack("decoder", GuidedSelfAttentionLayer)),
         dropout=dropout,
         device=device,
         dtype=dtype,

@@ -1,0 +1,341 @@
+"""The trainer: one plain function of (architecture, training config, data, report callback).
+
+Read top to bottom: the config, the learning-rate schedule (a small pure function), the loss and
+metric of each task kind, then ``train`` itself. The Ray worker of the study engine is a thin
+adapter around ``train``; ``nas train`` calls it directly.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader
+
+from nas.config import ArchConfig
+from nas.cost import model_cost
+from nas.errors import ConfigError
+from nas.models import FamilyModel, create_model
+from nas.radix import RadixTokenizer, WordTokenizer, tokenizer_from_dict
+from trainers.tasks import TaskData, collate
+from trainers.tasks.metrics import bleu4, cider_d
+
+__all__ = [
+    "EpochReport",
+    "TrainConfig",
+    "TrainResult",
+    "learning_rate",
+    "load_checkpoint",
+    "select_device",
+    "train",
+]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train one architecture (the proxy fidelity of a trial)."""
+
+    epochs: int = 5
+    batch_size: int = 64
+    lr: float = 1e-3
+    optimizer: Literal["adam", "adamw"] = "adamw"
+    weight_decay: float = 0.01
+    schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    warmup_epochs: float = 0.5
+    lr_sqrt_groups: bool = False  # the LW papers' learning rate scaled by sqrt(k)
+    grad_clip: float | None = 1.0
+    dropout: float = 0.1
+    seed: int = 0
+    device: str = "auto"  # "auto" = CUDA when present, else CPU
+    amp: bool = True  # mixed precision, on CUDA only
+    max_steps_per_epoch: int | None = None
+    eval_batch_size: int = 256
+    max_decode_len: int = 40  # captions: greedy decoding length on validation
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.batch_size < 1:
+            raise ConfigError(
+                f"`epochs >= 1` and `batch_size >= 1` must hold, but got epochs={self.epochs}, "
+                f"batch_size={self.batch_size}."
+            )
+        if not self.lr > 0:
+            raise ConfigError(f"`lr > 0` must hold, but got lr={self.lr}.")
+        if self.optimizer not in ("adam", "adamw"):
+            raise ConfigError(f"`optimizer` must be 'adam' or 'adamw', got {self.optimizer!r}.")
+        if self.schedule not in ("cosine", "linear", "constant"):
+            raise ConfigError(
+                f"`schedule` must be 'cosine', 'linear' or 'constant', got {self.schedule!r}."
+            )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"Unknown training key {unknown[0]!r}; valid keys are {sorted(known)}.")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class EpochReport:
+    epoch: int
+    train_loss: float
+    metric: str
+    value: float
+    lr: float
+    seconds: float
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class TrainResult:
+    """What one training run produced (``nas train --json`` prints most of it)."""
+
+    arch_id: str
+    task: str
+    metric: str
+    value: float
+    chance: float
+    epochs: list[dict[str, Any]]
+    seconds: float
+    samples_per_second: float
+    params: int
+    madds: int
+    status: Literal["completed", "stopped", "failed"] = "completed"
+    reason: str | None = None
+    checkpoint: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ----------------------------------------------------------------------------- pieces
+def learning_rate(step: int, total: int, warmup: int, base: float, schedule: str) -> float:
+    """Linear warm-up over ``warmup`` steps, then cosine / linear decay to zero, or constant."""
+    if step < warmup:
+        return base * (step + 1) / warmup
+    if schedule == "constant":
+        return base
+    progress = (step - warmup) / max(1, total - warmup)
+    if schedule == "linear":
+        return base * max(0.0, 1.0 - progress)
+    return base * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def select_device(name: str = "auto") -> torch.device:
+    """CUDA when available (``auto``), else CPU; an explicit name is used as given."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def make_tokenizer(config: ArchConfig, data: TaskData) -> RadixTokenizer | WordTokenizer | None:
+    """The caption tokenizer the architecture needs (radix when ``radix_base`` is set)."""
+    if data.geometry.kind != "caption":
+        return None
+    assert data.words is not None
+    if config.radix_base is not None:
+        return RadixTokenizer(data.words, config.radix_base)
+    return WordTokenizer(data.words)
+
+
+def _to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v
+            for k, v in batch.items()}
+
+
+def _model_inputs(kind: str, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+    keys = {"vqa": ("question", "regions", "boxes"), "caption": ("regions", "boxes", "tokens"),
+            "image": ("images",)}[kind]
+    return {k: batch[k] for k in keys if k in batch}
+
+
+def _loss(kind: str, logits: torch.Tensor, batch: dict[str, Any], pad: int | None) -> torch.Tensor:
+    if kind == "vqa":  # MCAN: binary cross-entropy against soft VQA scores
+        target = batch["answer_scores"]
+        return F.binary_cross_entropy_with_logits(logits.float(), target) * target.shape[-1]
+    if kind == "caption":
+        return F.cross_entropy(logits.float().flatten(0, 1), batch["targets"].flatten(),
+                               ignore_index=-100 if pad is None else pad)
+    return F.cross_entropy(logits.float(), batch["label"])
+
+
+@torch.no_grad()
+def evaluate(model: FamilyModel, data: TaskData, cfg: TrainConfig, device: torch.device,
+             tokenizer: RadixTokenizer | WordTokenizer | None) -> dict[str, float]:
+    """The task's metric on the validation split (captions: greedy decoding, CIDEr-D, BLEU-4)."""
+    model.eval()
+    kind = data.geometry.kind
+    loader = DataLoader(data.val, batch_size=cfg.eval_batch_size, shuffle=False,
+                        collate_fn=lambda items: collate(kind, items, tokenizer))
+    total, score = 0, 0.0
+    candidates: list[list[str]] = []
+    references: list[list[list[str]]] = []
+    for raw in loader:
+        batch = _to(raw, device)
+        if kind == "caption":
+            assert tokenizer is not None
+            ids = model.generate(batch["regions"], batch["boxes"],  # type: ignore[operator]
+                                 max_len=cfg.max_decode_len)
+            candidates += [tokenizer.decode(row) for row in ids.cpu()]
+            references += raw["references"]
+            continue
+        logits = model(**_model_inputs(kind, batch)).float()
+        pred = logits.argmax(-1)
+        if kind == "vqa":
+            score += batch["answer_scores"].gather(1, pred[:, None]).sum().item()
+        else:
+            score += (pred == batch["label"]).sum().item()
+        total += pred.shape[0]
+    model.train()
+    if kind == "caption":
+        return {"cider_d": cider_d(candidates, references), "bleu4": bleu4(candidates, references)}
+    return {data.metric: score / max(1, total)}
+
+
+# ----------------------------------------------------------------------------- the loop
+def train(
+    config: ArchConfig,
+    cfg: TrainConfig,
+    data: TaskData,
+    report: Callable[[EpochReport], bool | None] | None = None,
+    *,
+    checkpoint_dir: str | Path | None = None,
+    progress: Callable[[Iterator[Any], int, str], Iterator[Any]] | None = None,
+) -> TrainResult:
+    """Train ``config`` on ``data`` and return per-epoch metrics and the final metric.
+
+    ``report`` is called after every epoch; returning True stops the run early (status
+    ``stopped``: early stopping by the study engine). A NaN or infinite loss ends the run with
+    status ``failed`` and the reason, instead of wasting the budget. ``progress`` wraps the
+    batch iterator (a progress bar) when given.
+    """
+    seed_everything(cfg.seed)
+    device = select_device(cfg.device)
+    kind = data.geometry.kind
+    model = create_model(config, data.geometry, device=device)
+    if cfg.dropout != 0.1:
+        for m in model.modules():
+            if isinstance(m, nn.Dropout):
+                m.p = cfg.dropout
+    cost = model_cost(model, config, data.geometry)
+    tokenizer = make_tokenizer(config, data)
+    pad = tokenizer.PAD if tokenizer is not None else None
+
+    generator = torch.Generator().manual_seed(cfg.seed)
+    loader = DataLoader(data.train, batch_size=cfg.batch_size, shuffle=True, drop_last=False,
+                        generator=generator,
+                        collate_fn=lambda items: collate(kind, items, tokenizer))
+    steps_per_epoch = len(loader) if cfg.max_steps_per_epoch is None else min(
+        len(loader), cfg.max_steps_per_epoch)
+    total_steps = steps_per_epoch * cfg.epochs
+    warmup = int(cfg.warmup_epochs * steps_per_epoch)
+    base_lr = cfg.lr * (math.sqrt(config.groups) if cfg.lr_sqrt_groups else 1.0)
+    opt_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+    optimizer = opt_cls(model.parameters(), lr=base_lr,
+                        weight_decay=cfg.weight_decay if cfg.optimizer == "adamw" else 0.0)
+    use_amp = cfg.amp and device.type == "cuda"
+    amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
+    scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)
+
+    result = TrainResult(arch_id=config.arch_id, task=data.name, metric=data.metric, value=0.0,
+                         chance=data.chance, epochs=[], seconds=0.0, samples_per_second=0.0,
+                         params=cost.params, madds=cost.madds)
+    start, train_time, samples, step = time.perf_counter(), 0.0, 0, 0
+    model.train()
+    for epoch in range(1, cfg.epochs + 1):
+        epoch_start, losses = time.perf_counter(), []
+        batches: Iterator[Any] = iter(loader)
+        if progress is not None:
+            batches = progress(batches, steps_per_epoch, f"epoch {epoch}/{cfg.epochs}")
+        for i, raw in enumerate(batches):
+            if i >= steps_per_epoch:
+                break
+            lr = learning_rate(step, total_steps, warmup, base_lr, cfg.schedule)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            batch = _to(raw, device)
+            with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
+                logits = model(**_model_inputs(kind, batch))
+            loss = _loss(kind, logits, batch, pad)
+            if not torch.isfinite(loss):
+                result.status = "failed"
+                result.reason = f"loss became {loss.item()} at epoch {epoch}, step {i + 1}"
+                result.seconds = time.perf_counter() - start
+                return result
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            if cfg.grad_clip:
+                scaler.unscale_(optimizer)
+                nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            scaler.step(optimizer)
+            scaler.update()
+            losses.append(loss.item())
+            samples += next(v for v in raw.values() if torch.is_tensor(v)).shape[0]
+            step += 1
+        train_time += time.perf_counter() - epoch_start
+        metrics = evaluate(model, data, cfg, device, tokenizer)
+        value = metrics[data.metric]
+        epoch_report = EpochReport(
+            epoch=epoch, train_loss=float(np.mean(losses)) if losses else float("nan"),
+            metric=data.metric, value=value, lr=lr, seconds=time.perf_counter() - epoch_start,
+            extra={k: v for k, v in metrics.items() if k != data.metric},
+        )
+        result.epochs.append(asdict(epoch_report))
+        result.value = value
+        if report is not None and report(epoch_report):
+            result.status = "stopped"
+            break
+    result.seconds = time.perf_counter() - start
+    result.samples_per_second = samples / train_time if train_time > 0 else 0.0
+    if checkpoint_dir is not None:
+        result.checkpoint = str(save_checkpoint(model, config, cfg, data, tokenizer, result,
+                                                Path(checkpoint_dir)))
+    return result
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def save_checkpoint(model: FamilyModel, config: ArchConfig, cfg: TrainConfig, data: TaskData,
+                    tokenizer: RadixTokenizer | WordTokenizer | None, result: TrainResult,
+                    directory: Path) -> Path:
+    """Write ``<arch_id>.pt`` holding the weights and everything needed to rebuild the model."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{config.arch_id}.pt"
+    torch.save({
+        "arch": config.to_dict(), "arch_id": config.arch_id, "task": data.name,
+        "geometry": asdict(data.geometry), "train_config": asdict(cfg),
+        "tokenizer": tokenizer.to_dict() if tokenizer is not None else None,
+        "state_dict": model.state_dict(), "result": {k: v for k, v in result.to_dict().items()
+                                                    if k != "checkpoint"},
+    }, path)
+    return path
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> tuple[
+    FamilyModel, ArchConfig, dict[str, Any]
+]:
+    """Rebuild the model a checkpoint holds; returns (model, config, the checkpoint dict)."""
+    from nas.tasks import TaskGeometry
+
+    blob = torch.load(path, map_location=device, weights_only=False)
+    config = ArchConfig.from_dict(blob["arch"])
+    model = create_model(config, TaskGeometry(**blob["geometry"]), device=device)
+    model.load_state_dict(blob["state_dict"])
+    if blob.get("tokenizer") is not None:
+        blob["tokenizer_object"] = tokenizer_from_dict(blob["tokenizer"])
+    return model, config, blob
