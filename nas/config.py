@@ -180,10 +180,7 @@ class ArchConfig:
                 raise ConfigError(
                     f"`{name} % groups == 0` must hold, but got {name}={value}, groups={k}."
                 )
-        if self.family == "swin" and self.depths is not None:
-            # Stage i has width d * 2**i and heads h * 2**i: divisibility carries over.
-            if self.window_size is not None and self.window_size < 1:
-                raise ConfigError(f"`window_size >= 1` must hold, got {self.window_size}.")
+        # swin: stage i has width d * 2**i and heads h * 2**i, so divisibility carries over.
 
     def _check_knobs(self) -> None:
         n, sharing = self.qk_multiplier, self.attention_sharing

@@ -86,10 +86,26 @@ def count_params(model: FamilyModel) -> dict[str, tuple[int, int]]:
     return out
 
 
+def _mkldnn_rnn_flops(input_shape: Any, w_ih_shape: Any, w_hh_shape: Any, *args: Any,
+                      **kwargs: Any) -> int:
+    """FLOPs of one oneDNN RNN layer (how ``nn.LSTM`` runs on CPU): input and hidden GEMMs."""
+    tokens = input_shape[0] * input_shape[1]
+    gates, n_in = w_ih_shape
+    return 2 * tokens * gates * (n_in + w_hh_shape[1])
+
+
+# Ops the flop counter has no formula for, yet which do matrix products (torch 2.x on CPU runs
+# nn.LSTM through oneDNN; on meta and CUDA it decomposes into counted matmuls).
+_EXTRA_FLOPS: dict[Any, Any] = {}
+if hasattr(torch.ops.aten, "mkldnn_rnn_layer"):
+    _EXTRA_FLOPS[torch.ops.aten.mkldnn_rnn_layer] = _mkldnn_rnn_flops
+
+
 def trace_madds(model: FamilyModel, inputs: dict[str, torch.Tensor]) -> dict[str, int]:
     """Multiply-adds per part of one forward pass on ``inputs`` (any device, ``meta`` too)."""
     root = type(model).__name__
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+    counter = FlopCounterMode(display=False, custom_mapping=_EXTRA_FLOPS)
+    with torch.no_grad(), counter:
         model(**inputs)
     counts = counter.get_flop_counts()
     out = dict.fromkeys(model.PARTS, 0)

@@ -74,6 +74,7 @@ def test_weight_shared_group_attention_is_one_mha_per_chunk() -> None:
         wq, bq = attn.q.weight, attn.q.bias
         wk, bk = attn.k.weight, attn.k.bias  # type: ignore[union-attr]
         wv, bv = attn.v.weight, attn.v.bias  # type: ignore[union-attr]
+        assert bq is not None and bk is not None and bv is not None
         chunks = []
         for g in range(2):
             xg = x[..., 32 * g:32 * (g + 1)]  # (B, L, 32)

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
 import random
-import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
+from modelcheck import check_against_materialised, random_knobs, random_pattern
 from torch.utils.flop_counter import FlopCounterMode
 
-from modelcheck import check_against_materialised, random_knobs, random_pattern
 from nas.config import ArchConfig
 from nas.cost import estimate_cost
 from nas.models import create_model
-from nas.models.mcan import MCAN, build
+from nas.models.mcan import MCAN, GuidedSelfAttentionLayer, build
 from nas.presets import PRESETS, get_preset
 from nas.tasks import TaskGeometry, get_geometry
 
@@ -25,24 +22,9 @@ TINY = TaskGeometry("tiny-vqa", "vqa", 7, question_tokens=6, question_vocab=40, 
                     region_dim=12)
 
 
-@contextlib.contextmanager
-def _countable_lstm() -> Iterator[None]:
-    """Run the CPU LSTM through its decomposed (mm/addmm) kernel.
-
-    Workaround: on CPU ``nn.LSTM`` dispatches to ``aten.mkldnn_rnn_layer``, which
-    ``torch.utils.flop_counter`` does not count, while the meta-device trace of the cost model
-    decomposes it into counted matrix products; without this the real trace misses the LSTM's
-    MAdds. (Proper fix: a flop formula for ``mkldnn_rnn_layer`` in ``nas.cost.trace_madds``.)
-    """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        with torch.backends.mkldnn.flags(enabled=False):
-            yield
-
 
 def _check(config: ArchConfig, task: TaskGeometry | str | None = None) -> None:
-    with _countable_lstm():
-        check_against_materialised(config, task)
+    check_against_materialised(config, task)
 
 
 def _meta_model(config: ArchConfig) -> MCAN:
@@ -179,6 +161,7 @@ def test_guided_attention_reads_the_final_encoder_output() -> None:
     seen: dict[str, Any] = {"memory": []}
     model.encoder.register_forward_hook(lambda m, a, out: seen.__setitem__("encoded", out))
     for _, layer in model.decoder.stack.executed():
+        assert isinstance(layer, GuidedSelfAttentionLayer)
         layer.guided_attn.register_forward_hook(
             lambda m, a, out: seen["memory"].append(a[1])
         )

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,15 +24,6 @@ from nas.tasks import TaskGeometry, get_geometry
 
 TINY = TaskGeometry("tiny-images", "image", 10, image_size=32)
 ALL_SHARINGS = ("none", "kv", "qk", "qv")
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    # These models are tiny: a second thread only adds contention on a shared 2-core machine.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _config(**values: Any) -> ArchConfig:
@@ -59,7 +50,7 @@ def _outputs(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 )
 def test_dense_params_equal_published_and_timm(preset: str, timm_name: str, params: int) -> None:
     cost = estimate_cost(get_preset(preset))
-    reference = timm.create_model(timm_name, pretrained=False, device="meta")
+    reference = timm.create_model(timm_name, pretrained=False, device="meta", weight_init="skip")
     assert cost.params == params == sum(p.numel() for p in reference.parameters())
 
 
@@ -189,6 +180,21 @@ def test_layer_sharing_runs_one_block_at_several_depths() -> None:
     ).params == per_block
 
 
+def test_timm_attention_masks() -> None:
+    """timm's calling conventions: ``is_causal``, bool masks and additive float masks agree."""
+    torch.manual_seed(0)
+    attn = vit.TimmAttention(16, num_heads=2, qkv_bias=True).eval()
+    x = torch.randn(2, 5, 16)
+    allowed = torch.ones(5, 5, dtype=torch.bool).tril()
+    additive = torch.zeros(5, 5).masked_fill(~allowed, float("-inf"))
+    causal = attn(x, is_causal=True)
+    torch.testing.assert_close(attn(x, attn_mask=allowed), causal)
+    torch.testing.assert_close(attn(x, attn_mask=additive), causal)
+    # the first token sees only itself, so it must not depend on later tokens
+    torch.testing.assert_close(causal[:, 0], attn(x[:, :1])[:, 0])
+    assert not torch.allclose(attn(x)[:, 0], causal[:, 0])
+
+
 def test_swin_rejects_layer_sharing() -> None:
     with pytest.raises(ConfigError, match="layer_sharing"):
         get_preset("swin-tiny").replace(layer_sharing="(0x2)")
@@ -298,3 +304,11 @@ def test_dtype_and_device_reach_every_tensor(name: str) -> None:
     assert model(**model.example_inputs(2)).dtype == torch.float64
     meta = create_model(_reduced(name), TINY, device="meta")
     assert all(t.is_meta for t in [*meta.parameters(), *meta.buffers()])
+
+
+@pytest.mark.parametrize("name", ["armour-tiny", "lw-swin-tiny"])
+def test_models_pickle(name: str) -> None:
+    model = create_model(_reduced(name).replace(groups=3, group_attention=True), TINY)
+    copy = pickle.loads(pickle.dumps(model))
+    x = torch.randn(1, 3, 32, 32)
+    torch.testing.assert_close(_outputs(copy, x), _outputs(model, x))

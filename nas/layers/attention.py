@@ -91,9 +91,15 @@ class Attention(nn.Module):
     def _key_value(self, memory: torch.Tensor, q: torch.Tensor | None) -> tuple[
         torch.Tensor, torch.Tensor
     ]:
-        """Project the key/value stream: returns (K, V), each (B, h, L_k, .)."""
-        key_proj = self.q if self.k is None else self.k
-        k = self._heads(key_proj(memory))
+        """Project the key/value stream: returns (K, V), each (B, h, L_k, .).
+
+        ``q`` is the projected query in self-attention (None in cross-attention): with ``qk``
+        sharing K equals it, with ``qv`` sharing V does.
+        """
+        if self.k is None:  # qk: W_K = W_Q
+            k = q if q is not None else self._heads(self.q(memory))
+        else:
+            k = self._heads(self.k(memory))
         if self.sharing == "kv":
             return k, k  # the value IS the projected key
         if self.sharing == "qv":

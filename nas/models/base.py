@@ -38,6 +38,11 @@ class FamilyModel(nn.Module):
                     return part
         return None
 
+    def unused_parameter_names(self) -> list[str]:
+        """Parameters that by design never reach the output (kept for fidelity to a paper's
+        network, e.g. LXMERT's last-layer vision branch under a language-only VQA head)."""
+        return []
+
     def extra_state_for_checkpoint(self) -> dict[str, Any]:
         """Anything besides the config and weights needed to rebuild the model (tokenizers)."""
         return {}

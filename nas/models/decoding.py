@@ -133,7 +133,7 @@ def beam_search(
         finished = finished.index_select(0, rows) | (tokens == model.eos_id)
         state.reorder(rows)
         last = tokens
-        if bool(finished.all()):
+        if bool((finished | scores.view(-1).isneginf()).all()):  # dead beams need no more steps
             break
     lengths = (seqs != model.pad_id).sum(dim=1).clamp(min=1).view(batch, k)
     ranked = scores / lengths.to(scores.dtype).pow(length_penalty)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -112,9 +112,9 @@ class SingleStreamLayer(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        kw = {"dropout": dropout, "device": device, "dtype": dtype}
-        self.attention = AttentionBlock(dim, attention=attention, **kw)  # type: ignore[arg-type]
-        self.output = FeedForwardBlock(dim, ffn=ffn, **kw)  # type: ignore[arg-type]
+        kw: dict[str, Any] = {"dropout": dropout, "device": device, "dtype": dtype}
+        self.attention = AttentionBlock(dim, attention=attention, **kw)
+        self.output = FeedForwardBlock(dim, ffn=ffn, **kw)
 
     def forward(self, x: torch.Tensor, mask: Mask = None) -> torch.Tensor:
         return self.output(self.attention(x, mask=mask))  # (B, L, d)
@@ -139,12 +139,12 @@ class CrossLayer(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        kw = {"dropout": dropout, "device": device, "dtype": dtype}
-        self.cross = AttentionBlock(dim, attention=attention, **kw)  # type: ignore[arg-type]
-        self.lang_self = AttentionBlock(dim, attention=attention, **kw)  # type: ignore[arg-type]
-        self.visn_self = AttentionBlock(dim, attention=attention, **kw)  # type: ignore[arg-type]
-        self.lang_output = FeedForwardBlock(dim, ffn=ffn, **kw)  # type: ignore[arg-type]
-        self.visn_output = FeedForwardBlock(dim, ffn=ffn, **kw)  # type: ignore[arg-type]
+        kw: dict[str, Any] = {"dropout": dropout, "device": device, "dtype": dtype}
+        self.cross = AttentionBlock(dim, attention=attention, **kw)
+        self.lang_self = AttentionBlock(dim, attention=attention, **kw)
+        self.visn_self = AttentionBlock(dim, attention=attention, **kw)
+        self.lang_output = FeedForwardBlock(dim, ffn=ffn, **kw)
+        self.visn_output = FeedForwardBlock(dim, ffn=ffn, **kw)
 
     def forward(
         self, lang: torch.Tensor, visn: torch.Tensor, lang_mask: Mask = None,
@@ -200,11 +200,11 @@ class BertEmbeddings(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        kw = {"device": device, "dtype": dtype}
-        self.word = nn.Embedding(vocab, dim, padding_idx=0, **kw)  # type: ignore[arg-type]
-        self.position = nn.Embedding(MAX_POSITIONS, dim, **kw)  # type: ignore[arg-type]
-        self.token_type = nn.Embedding(TOKEN_TYPES, dim, **kw)  # type: ignore[arg-type]
-        self.norm = nn.LayerNorm(dim, eps=_LN_EPS, **kw)  # type: ignore[arg-type]
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
+        self.word = nn.Embedding(vocab, dim, padding_idx=0, **kw)
+        self.position = nn.Embedding(MAX_POSITIONS, dim, **kw)
+        self.token_type = nn.Embedding(TOKEN_TYPES, dim, **kw)
+        self.norm = nn.LayerNorm(dim, eps=_LN_EPS, **kw)
         self.drop = nn.Dropout(dropout)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -228,11 +228,11 @@ class VisualFeatureEncoder(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        kw = {"device": device, "dtype": dtype}
-        self.feat_fc = nn.Linear(region_dim, dim, **kw)  # type: ignore[arg-type]
-        self.feat_norm = nn.LayerNorm(dim, eps=_LN_EPS, **kw)  # type: ignore[arg-type]
-        self.box_fc = nn.Linear(BOX_DIM, dim, **kw)  # type: ignore[arg-type]
-        self.box_norm = nn.LayerNorm(dim, eps=_LN_EPS, **kw)  # type: ignore[arg-type]
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
+        self.feat_fc = nn.Linear(region_dim, dim, **kw)
+        self.feat_norm = nn.LayerNorm(dim, eps=_LN_EPS, **kw)
+        self.box_fc = nn.Linear(BOX_DIM, dim, **kw)
+        self.box_norm = nn.LayerNorm(dim, eps=_LN_EPS, **kw)
         self.drop = nn.Dropout(dropout)
 
     def forward(self, regions: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
@@ -273,18 +273,18 @@ class LXMERT(FamilyModel):
                 f"`question_tokens <= {MAX_POSITIONS}` must hold (BERT positions), but got "
                 f"{question_tokens=}."
             )
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         self.vocab, self.question_tokens = vocab, question_tokens
         self.regions, self.region_dim = regions, region_dim
-        self.embeddings = BertEmbeddings(vocab, dim, dropout=dropout, **kw)  # type: ignore[arg-type]
-        self.visual_encoder = VisualFeatureEncoder(region_dim, dim, dropout=dropout, **kw)  # type: ignore[arg-type]
+        self.embeddings = BertEmbeddings(vocab, dim, dropout=dropout, **kw)
+        self.visual_encoder = VisualFeatureEncoder(region_dim, dim, dropout=dropout, **kw)
         self.language, self.vision, self.cross = language, vision, cross
-        self.pooler = nn.Sequential(nn.Linear(dim, dim, **kw), nn.Tanh())  # type: ignore[arg-type]
+        self.pooler = nn.Sequential(nn.Linear(dim, dim, **kw), nn.Tanh())
         self.classifier = nn.Sequential(
-            nn.Linear(dim, 2 * dim, **kw),  # type: ignore[arg-type]
+            nn.Linear(dim, 2 * dim, **kw),
             nn.GELU(),
-            nn.LayerNorm(2 * dim, eps=_LN_EPS, **kw),  # type: ignore[arg-type]
-            nn.Linear(2 * dim, num_outputs, **kw),  # type: ignore[arg-type]
+            nn.LayerNorm(2 * dim, eps=_LN_EPS, **kw),
+            nn.Linear(2 * dim, num_outputs, **kw),
         )
 
     def forward(

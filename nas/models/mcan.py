@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -158,14 +158,14 @@ class AttentionPool(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         self.mlp = nn.Sequential(
-            nn.Linear(dim, dim, **kw),  # type: ignore[arg-type]
+            nn.Linear(dim, dim, **kw),
             nn.ReLU(),
             nn.Dropout(dropout),
-            nn.Linear(dim, 1, **kw),  # type: ignore[arg-type]
+            nn.Linear(dim, 1, **kw),
         )
-        self.merge = nn.Linear(dim, out_dim, **kw)  # type: ignore[arg-type]
+        self.merge = nn.Linear(dim, out_dim, **kw)
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         """``x`` (B, L, d), ``keep`` bool (B, L) (False = padding) -> (B, out_dim)."""
@@ -202,18 +202,18 @@ class MCAN(FamilyModel):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        kw = {"device": device, "dtype": dtype}
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
         self.question_tokens, self.regions, self.region_dim = question_tokens, regions, region_dim
         self.vocab = vocab
-        self.word_embed = nn.Embedding(vocab, WORD_DIM, **kw)  # type: ignore[arg-type]
-        self.lstm = nn.LSTM(WORD_DIM, dim, batch_first=True, **kw)  # type: ignore[arg-type]
-        self.region_proj = nn.Linear(region_dim, dim, **kw)  # type: ignore[arg-type]
+        self.word_embed = nn.Embedding(vocab, WORD_DIM, **kw)
+        self.lstm = nn.LSTM(WORD_DIM, dim, batch_first=True, **kw)
+        self.region_proj = nn.Linear(region_dim, dim, **kw)
         self.encoder = encoder
         self.decoder = decoder
-        self.question_pool = AttentionPool(dim, 2 * dim, dropout=dropout, **kw)  # type: ignore[arg-type]
-        self.region_pool = AttentionPool(dim, 2 * dim, dropout=dropout, **kw)  # type: ignore[arg-type]
-        self.norm = nn.LayerNorm(2 * dim, eps=_LN_EPS, **kw)  # type: ignore[arg-type]
-        self.classifier = nn.Linear(2 * dim, num_outputs, **kw)  # type: ignore[arg-type]
+        self.question_pool = AttentionPool(dim, 2 * dim, dropout=dropout, **kw)
+        self.region_pool = AttentionPool(dim, 2 * dim, dropout=dropout, **kw)
+        self.norm = nn.LayerNorm(2 * dim, eps=_LN_EPS, **kw)
+        self.classifier = nn.Linear(2 * dim, num_outputs, **kw)
 
     def forward(self, question: torch.Tensor, regions: torch.Tensor) -> torch.Tensor:
         """``question`` (B, Lq) long (0 = padding), ``regions`` (B, R, region_dim) -> (B, A)."""

@@ -41,7 +41,9 @@ def caption_tokens(task: TaskGeometry, radix_base: int | None) -> int:
     return task.caption_words * digits
 
 
-def _sinusoid_table(length: int, dim: int, device: _Device, dtype: torch.dtype | None) -> torch.Tensor:
+def _sinusoid_table(
+    length: int, dim: int, device: _Device, dtype: torch.dtype | None
+) -> torch.Tensor:
     """Transformer positions: (length, dim), sin on even channels and cos on odd ones."""
     half = (dim + 1) // 2
     pos = torch.arange(length, device=device, dtype=torch.float32).unsqueeze(1)  # (L, 1)
@@ -155,6 +157,8 @@ class DecoderLayer(nn.Module):
 
 
 class _Encoder(nn.Module):
+    """Encoder layers in their sharing pattern, sharing one geometry embedding; final LayerNorm."""
+
     def __init__(self, layers: SharedStack, norm: nn.LayerNorm, geometry: BoxGeometry) -> None:
         super().__init__()
         self.geometry = geometry
@@ -169,6 +173,8 @@ class _Encoder(nn.Module):
 
 
 class _Decoder(nn.Module):
+    """Decoder layers in their sharing pattern; ``caches[depth]`` serves executed ``depth``."""
+
     def __init__(self, layers: SharedStack, norm: nn.LayerNorm) -> None:
         super().__init__()
         self.layers = layers

@@ -26,8 +26,8 @@ from torch import nn
 from nas.config import ArchConfig, AttentionSharing
 from nas.layers import Attention, FeedForward
 from nas.layers.attention import Cache
-from nas.models.base import FamilyModel
 from nas.models.vit import (
+    ImageClassifier,
     attention_knobs,
     check_patch_grid,
     init_like_timm,
@@ -134,8 +134,8 @@ def convert_timm_state_dict(state: Mapping[str, torch.Tensor]) -> dict[str, torc
     return split_fused_qkv({"net." + name: tensor for name, tensor in state.items()})
 
 
-class Swin(FamilyModel):
-    """A timm ``SwinTransformer`` (held as ``net``) classifying images into the task's classes.
+class Swin(ImageClassifier):
+    """A timm ``SwinTransformer`` classifying images into the task's classes.
 
     The embedding part is the patch embedding (conv + norm); the backbone is the stages, their
     patch-merging layers included; the head is the final norm and the classifier.
@@ -146,20 +146,7 @@ class Swin(FamilyModel):
         "backbone": ("net.layers",),
         "head": ("net.norm", "net.head"),
     }
-
-    def __init__(self, net: SwinTransformer, *, image_size: int, in_chans: int) -> None:
-        super().__init__()
-        self.net = net
-        self.image_size, self.in_chans = image_size, in_chans
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Class logits (B, num_classes) of ``images`` (B, C, H, W)."""
-        return self.net(images)
-
-    def example_inputs(self, batch: int = 1) -> dict[str, torch.Tensor]:
-        p = next(self.parameters())
-        shape = (batch, self.in_chans, self.image_size, self.image_size)
-        return {"images": torch.randn(shape, device=p.device, dtype=p.dtype)}
+    net: SwinTransformer
 
 
 def build(

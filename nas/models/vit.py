@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 from timm.layers import trunc_normal_
@@ -27,6 +27,7 @@ from nas.models.base import FamilyModel
 from nas.tasks import TaskGeometry
 
 __all__ = [
+    "ImageClassifier",
     "TimmAttention",
     "TimmFeedForward",
     "ViT",
@@ -149,13 +150,17 @@ class TimmFeedForward(FeedForward):
 
 
 def _bind(layer: type[nn.Module], **knobs: Any) -> type[nn.Module]:
-    """``layer`` with ``knobs`` bound, as a class (timm calls ``issubclass`` on ``attn_layer``)."""
+    """``layer`` with ``knobs`` bound, as a class (timm calls ``issubclass`` on ``attn_layer``).
+
+    The bound subclass only carries the knobs into ``layer.__init__``: each instance then takes
+    ``layer`` as its class, so built models hold no local classes and pickle like any module.
+    """
 
     class Bound(layer):  # type: ignore[valid-type, misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs, **knobs)
+            self.__class__ = layer  # type: ignore[assignment]
 
-    Bound.__name__ = Bound.__qualname__ = layer.__name__
     return Bound
 
 
@@ -173,7 +178,7 @@ def init_like_timm(module: nn.Module) -> None:
                 nn.init.zeros_(m.bias)
 
 
-def timm_weight_init(device: torch.device | str | None) -> str:
+def timm_weight_init(device: torch.device | str | None) -> Literal["skip", ""]:
     """timm's ``weight_init`` argument: ``"skip"`` on the meta device, where there is nothing to
     initialise, else timm's default scheme."""
     return "skip" if device is not None and torch.device(device).type == "meta" else ""
@@ -218,20 +223,10 @@ def convert_timm_state_dict(state: Mapping[str, torch.Tensor]) -> dict[str, torc
     return split_fused_qkv(renamed)
 
 
-class ViT(FamilyModel):
-    """A timm ``VisionTransformer`` (held as ``net``) classifying images into the task's classes.
+class ImageClassifier(FamilyModel):
+    """A timm image classifier held as ``net``: images (B, C, H, W) -> class logits."""
 
-    The embedding part is the patch embedding with the class token and position embedding; the
-    backbone is the block stack; the head is the final norm and the classifier.
-    """
-
-    PARTS: ClassVar[dict[str, tuple[str, ...]]] = {
-        "embedding": ("net.patch_embed", "net.cls_token", "net.pos_embed"),
-        "backbone": ("net.blocks",),
-        "head": ("net.norm", "net.head"),
-    }
-
-    def __init__(self, net: VisionTransformer, *, image_size: int, in_chans: int) -> None:
+    def __init__(self, net: nn.Module, *, image_size: int, in_chans: int) -> None:
         super().__init__()
         self.net = net
         self.image_size, self.in_chans = image_size, in_chans
@@ -244,6 +239,21 @@ class ViT(FamilyModel):
         p = next(self.parameters())
         shape = (batch, self.in_chans, self.image_size, self.image_size)
         return {"images": torch.randn(shape, device=p.device, dtype=p.dtype)}
+
+
+class ViT(ImageClassifier):
+    """A timm ``VisionTransformer`` classifying images into the task's classes.
+
+    The embedding part is the patch embedding with the class token and position embedding; the
+    backbone is the block stack; the head is the final norm and the classifier.
+    """
+
+    PARTS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "embedding": ("net.patch_embed", "net.cls_token", "net.pos_embed"),
+        "backbone": ("net.blocks",),
+        "head": ("net.norm", "net.head"),
+    }
+    net: VisionTransformer
 
 
 def build(
@@ -259,7 +269,6 @@ def build(
     ``drop_path_rate`` is timm's stochastic depth (its linear schedule runs over the unique
     layers); every dropout is 0.
     """
-    assert config.encoder_layers is not None
     check_patch_grid(config, task)
     d, pattern = config.d_model, config.sharing_pattern("encoder")
     attn_layer = _bind(TimmAttention, **attention_knobs(config))
@@ -278,7 +287,7 @@ def build(
         mlp_ratio=config.d_ff / d,
         qkv_bias=True,
         drop_path_rate=drop_path_rate,
-        weight_init=timm_weight_init(device),  # type: ignore[arg-type]
+        weight_init=timm_weight_init(device),
         attn_layer=attn_layer,
         mlp_layer=mlp_layer,
         device=device,
