@@ -1,0 +1,275 @@
+"""Reading and validating the ``arch`` and ``train`` sections of a search space.
+
+Validation is static: it proves, before any trial runs, that every combination the space can
+draw is a valid ``ArchConfig`` (e.g. every listed ``groups`` choice divides every width the space
+can produce). Messages name the offending key or choice; the caller prefixes the space's name.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from nas.config import ArchConfig, stack_depths
+from nas.errors import ConfigError
+from nas.sharing import parse_pattern
+from search_spaces._distributions import Distribution, Numeric, parse_distribution
+from search_spaces._knobs import (
+    ARCH_ORDER,
+    BOOL_KNOBS,
+    DEPTH_KNOBS,
+    DERIVED,
+    GROUP_FLAGS,
+    INT_KNOBS,
+    SHARINGS,
+    STACK_DEPTH_KEYS,
+    TRAIN_FIXED,
+    accepts,
+    numeric_kind,
+    train_fields,
+)
+from search_spaces._schemes import SCHEMES
+
+__all__ = ["check_arch", "depth_label", "parse_arch", "parse_train"]
+
+_MAX_WIDTH_COMBOS = 1_000_000
+_CROSS_FAMILIES = ("mcan", "ort", "lxmert")
+
+
+def depth_label(depths: Iterable[int]) -> str:
+    """The categorical value standing for a swin ``depths`` list (Optuna wants scalars)."""
+    return ",".join(str(d) for d in depths)
+
+
+def parse_arch(raw: Any, base: ArchConfig) -> dict[str, Distribution]:
+    """Parse ``arch``; ``layer_sharing`` per stack becomes keys ``layer_sharing.<stack>``."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"`arch` must be a mapping from knob to distribution, but got {raw!r}.")
+    out: dict[str, Distribution] = {}
+    for key, spec in raw.items():
+        if key == "family":
+            raise ConfigError("arch.family cannot be searched: the family is fixed by `base`.")
+        if key not in ARCH_ORDER:
+            raise ConfigError(
+                f"Unknown arch knob {key!r}; valid knobs are {sorted(ARCH_ORDER)} "
+                f"({', '.join(DERIVED)} are derived widths)."
+            )
+        where = f"arch.{key}"
+        if key == "layer_sharing" and isinstance(spec, Mapping) and "choices" not in spec:
+            stacks = list(stack_depths(base.family, base.to_dict()))
+            for stack, sub in spec.items():
+                if stack not in stacks:
+                    raise ConfigError(
+                        f"{where} names stack {stack!r}, but family {base.family!r} has stacks "
+                        f"{stacks}."
+                    )
+                out[f"layer_sharing.{stack}"] = parse_distribution(f"{where}.{stack}", sub, None)
+        elif key == "depths" and isinstance(spec, Mapping) and "choices" in spec:
+            choices = spec["choices"]
+            if not isinstance(choices, list) or not all(
+                isinstance(c, list) and all(type(d) is int for d in c) for c in choices
+            ):
+                raise ConfigError(f"{where}.choices must be a list of lists of integers.")
+            labels = [depth_label(c) for c in choices]
+            out[key] = parse_distribution(where, {"choices": labels}, None)
+        else:
+            numeric: Numeric = "int" if key in INT_KNOBS or key == "radix_base" else None
+            out[key] = parse_distribution(where, spec, numeric)
+    return out
+
+
+def parse_train(raw: Any) -> dict[str, Distribution]:
+    """Parse ``train``: every key a searchable ``TrainConfig`` field, every value of its type."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"`train` must be a mapping from key to distribution, but got {raw!r}.")
+    fields = train_fields() if raw else {}
+    out: dict[str, Distribution] = {}
+    for key, spec in raw.items():
+        if key in TRAIN_FIXED:
+            raise ConfigError(
+                f"train.{key} cannot be searched: the study sets it (fidelity, seed, resources)."
+            )
+        if key not in fields:
+            raise ConfigError(f"Unknown train key {key!r}; valid keys are {sorted(fields)}.")
+        tp, _ = fields[key]
+        dist = parse_distribution(f"train.{key}", spec, numeric_kind(tp))
+        for value in dist.values():
+            if not accepts(tp, value):
+                kind = str(tp).replace("typing.", "")
+                raise ConfigError(f"train.{key} cannot take {value!r}: it must be {kind}.")
+        out[key] = dist
+    if out:
+        from trainers.loop import TrainConfig  # loaded by train_fields() already
+
+        for key, dist in out.items():
+            for value in dist.values():
+                overrides: dict[str, Any] = {key: value}
+                try:
+                    TrainConfig(**overrides)  # the trainer's own rules (lr > 0, ...)
+                except ConfigError as exc:
+                    raise ConfigError(f"train.{key}: {exc}") from None
+    return out
+
+
+def _values(arch: Mapping[str, Distribution], key: str, default: Any) -> tuple[Any, ...]:
+    return arch[key].values() if key in arch else (default,)
+
+
+def _check_types(base: ArchConfig, arch: Mapping[str, Distribution]) -> None:
+    for key, dist in arch.items():
+        where = f"arch.{key}"
+        if key.partition(".")[0] not in ARCH_ORDER:
+            raise ConfigError(f"Unknown arch knob {key!r}; valid knobs are {sorted(ARCH_ORDER)}.")
+        for value in dist.values():
+            if key in INT_KNOBS and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ConfigError(f"{where} values must be integers >= 1, but got {value!r}.")
+            if key in BOOL_KNOBS and not isinstance(value, bool):
+                raise ConfigError(f"{where} choices must be true/false, but got {value!r}.")
+            if key == "attention_sharing" and value not in SHARINGS:
+                raise ConfigError(f"{where} choices must be in {list(SHARINGS)}, got {value!r}.")
+            if key == "attention_sharing" and value == "qv" and base.family in _CROSS_FAMILIES:
+                raise ConfigError(
+                    f"{where} lists 'qv', but family {base.family!r} has cross-attention and qv "
+                    "applies to self-attention only (vit, swin); use none, kv or qk."
+                )
+            if key == "radix_base" and value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 2
+            ):
+                raise ConfigError(f"{where} values must be null or integers >= 2, got {value!r}.")
+    if "radix_base" in arch and base.family != "ort":
+        raise ConfigError(
+            f"arch.radix_base applies to family 'ort' only (radix encoding needs a text "
+            f"decoder), but the base is {base.family!r}."
+        )
+    # Keys that only some families have: let the config say which (same message as `nas cost`).
+    for key in (*DEPTH_KNOBS, "depths", "patch_size", "window_size"):
+        for value in arch[key].values() if key in arch else ():
+            if key == "depths":
+                value = [int(d) for d in str(value).split(",")]
+            try:
+                base.replace(**{key: value, "layer_sharing": None})
+            except ConfigError as exc:
+                raise ConfigError(f"arch.{key}={value!r}: {exc}") from None
+
+
+def _check_exclusive(arch: Mapping[str, Distribution]) -> None:
+    for direct, derived in (("heads", "heads_per_group"), ("d_model", "head_dim"),
+                            ("d_ff", "ffn_ratio")):
+        if direct in arch and derived in arch:
+            raise ConfigError(
+                f"arch.{direct} and arch.{derived} cannot both be searched: {derived} "
+                f"determines {direct}."
+            )
+
+
+def _check_widths(base: ArchConfig, arch: Mapping[str, Distribution]) -> None:
+    """Prove d_model, d_ff and heads divisible by groups, d_model by heads, for every draw."""
+    groups = _values(arch, "groups", base.groups)
+    heads_src = _values(arch, "heads_per_group" if "heads_per_group" in arch else "heads",
+                        base.heads)
+    dm_src = _values(arch, "head_dim" if "head_dim" in arch else "d_model", base.d_model)
+    ff_src = _values(arch, "ffn_ratio" if "ffn_ratio" in arch else "d_ff", base.d_ff)
+    if len(groups) * len(heads_src) * len(dm_src) * len(ff_src) > _MAX_WIDTH_COMBOS:
+        raise ConfigError(
+            "the width ranges allow too many combinations to verify; use `choices` or a `step` "
+            "for groups, heads, d_model and d_ff."
+        )
+    good = []
+    first_bad: tuple[int, str] | None = None
+    for g in groups:
+        failure = None
+        for hs, ds, fs in itertools.product(heads_src, dm_src, ff_src):
+            h = g * hs if "heads_per_group" in arch else hs
+            d = h * ds if "head_dim" in arch else ds
+            ff = d * fs if "ffn_ratio" in arch else fs
+            for rule, ok, vals in (
+                ("d_model % heads == 0", d % h == 0, f"d_model={d}, heads={h}"),
+                ("heads % groups == 0", h % g == 0, f"heads={h}, groups={g}"),
+                ("d_model % groups == 0", d % g == 0, f"d_model={d}, groups={g}"),
+                ("d_ff % groups == 0", ff % g == 0, f"d_ff={ff}, groups={g}"),
+            ):
+                if not ok:
+                    failure = f"`{rule}` fails with {vals}"
+                    break
+            if failure:
+                break
+        if failure is None:
+            good.append(g)
+        elif first_bad is None:
+            first_bad = (g, failure)
+    if first_bad is None:
+        return
+    g, failure = first_bad
+    hints = [f"search `{derived}` instead of `{direct}`" for direct, derived in
+             (("heads", "heads_per_group"), ("d_model", "head_dim"), ("d_ff", "ffn_ratio"))
+             if direct in arch]
+    hint = f"; {' and '.join(hints)} so that it holds by construction" if hints else ""
+    if "groups" in arch and good:
+        raise ConfigError(f"arch.groups choice {g} is impossible: {failure} (choices that always "
+                          f"fit: {good}){hint}.")
+    raise ConfigError(f"{failure}{hint}.")
+
+
+def _check_sharing(base: ArchConfig, arch: Mapping[str, Distribution]) -> None:
+    keys = [k for k in arch if k.startswith("layer_sharing")]
+    if keys and base.family == "swin":
+        raise ConfigError("arch.layer_sharing does not apply to family 'swin' (its blocks "
+                          "alternate window shifts, so one module cannot serve two depths).")
+    if "layer_sharing" in arch and len(keys) > 1:
+        raise ConfigError("arch.layer_sharing is given both for all stacks and per stack.")
+    stacks = stack_depths(base.family, base.to_dict())
+    for stack, depth in stacks.items():
+        depth_key = STACK_DEPTH_KEYS[stack]
+        searched = next((k for k in (f"layer_sharing.{stack}", "layer_sharing") if k in arch),
+                        None)
+        if searched is None:
+            if depth_key in arch and base.sharing_pattern(stack) != tuple(range(depth)):
+                raise ConfigError(
+                    f"arch.{depth_key} is searched, but the base shares the {stack} stack's "
+                    f"layers with a fixed pattern; search arch.layer_sharing with schemes "
+                    f"({', '.join(SCHEMES)})."
+                )
+            continue
+        dist = arch[searched]
+        for choice in dist.values():
+            if not isinstance(choice, str):
+                raise ConfigError(
+                    f"arch.{searched} choices must be scheme names ({', '.join(SCHEMES)}) or "
+                    f"pattern strings such as '(0x3,1x3)', but got {choice!r}."
+                )
+            if choice in SCHEMES:
+                continue
+            length = len(parse_pattern(choice))
+            if depth_key in arch:
+                raise ConfigError(
+                    f"arch.{searched} lists the literal pattern {choice!r}, but arch.{depth_key} "
+                    f"is searched; use a scheme ({', '.join(SCHEMES)}) valid for any depth."
+                )
+            if length != depth:
+                raise ConfigError(
+                    f"arch.{searched}: pattern {choice!r} has length {length}, but the {stack} "
+                    f"stack has {depth} layers."
+                )
+
+
+def _check_dead_knobs(base: ArchConfig, arch: Mapping[str, Distribution]) -> None:
+    flags = [k for k in (*GROUP_FLAGS, "weight_sharing") if k in arch]
+    if flags and max(_values(arch, "groups", base.groups)) == 1:
+        raise ConfigError(f"arch.{flags[0]} is searched, but groups is always 1, so it would "
+                          "never be used; search arch.groups too.")
+    sharings = _values(arch, "attention_sharing", base.attention_sharing)
+    if "qk_multiplier" in arch and not any(s in ("none", "qk") for s in sharings):
+        raise ConfigError("arch.qk_multiplier is searched, but attention_sharing is always "
+                          f"{sharings[0]!r}, which fixes it to 1.")
+
+
+def check_arch(base: ArchConfig, arch: Mapping[str, Distribution]) -> None:
+    """Raise ``ConfigError`` unless every draw from ``arch`` over ``base`` is a valid config."""
+    _check_types(base, arch)
+    _check_exclusive(arch)
+    _check_widths(base, arch)
+    _check_sharing(base, arch)
+    _check_dead_knobs(base, arch)
