@@ -7,6 +7,7 @@ adapter around ``train``; ``nas train`` calls it directly.
 
 from __future__ import annotations
 
+import inspect
 import math
 import random
 import time
@@ -159,10 +160,13 @@ def _to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
             for k, v in batch.items()}
 
 
-def _model_inputs(kind: str, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-    keys = {"vqa": ("question", "regions", "boxes"), "caption": ("regions", "boxes", "tokens"),
-            "image": ("images",)}[kind]
-    return {k: batch[k] for k in keys if k in batch}
+def _input_names(model: FamilyModel) -> tuple[str, ...]:
+    """The batch keys the model's forward takes (MCAN ignores boxes, LXMERT and ORT use them)."""
+    return tuple(inspect.signature(model.forward).parameters)
+
+
+def _model_inputs(names: tuple[str, ...], batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+    return {k: batch[k] for k in names if k in batch}
 
 
 def _loss(kind: str, logits: torch.Tensor, batch: dict[str, Any], pad: int | None) -> torch.Tensor:
@@ -195,7 +199,7 @@ def evaluate(model: FamilyModel, data: TaskData, cfg: TrainConfig, device: torch
             candidates += [tokenizer.decode(row) for row in ids.cpu()]
             references += raw["references"]
             continue
-        logits = model(**_model_inputs(kind, batch)).float()
+        logits = model(**_model_inputs(_input_names(model), batch)).float()
         pred = logits.argmax(-1)
         if kind == "vqa":
             score += batch["answer_scores"].gather(1, pred[:, None]).sum().item()
@@ -235,6 +239,7 @@ def train(
                 m.p = cfg.dropout
     cost = model_cost(model, config, data.geometry)
     tokenizer = make_tokenizer(config, data)
+    names = _input_names(model)
     pad = tokenizer.PAD if tokenizer is not None else None
 
     generator = torch.Generator().manual_seed(cfg.seed)
@@ -271,7 +276,7 @@ def train(
                 group["lr"] = lr
             batch = _to(raw, device)
             with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
-                logits = model(**_model_inputs(kind, batch))
+                logits = model(**_model_inputs(names, batch))
             loss = _loss(kind, logits, batch, pad)
             if not torch.isfinite(loss):
                 result.status = "failed"

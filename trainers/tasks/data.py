@@ -14,7 +14,7 @@ layout per task kind (``collate`` turns a list of them into a batch):
 
 from __future__ import annotations
 
-import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -23,14 +23,18 @@ import torch
 from torch.utils.data import Dataset
 
 from nas.tasks import TaskGeometry
+from trainers.tasks.metrics import cider_d
 
 __all__ = [
     "CaptionDataset",
     "Item",
     "MetricName",
     "TaskData",
+    "TaskDataset",
     "TensorDataset",
     "VqaDataset",
+    "constant_caption_chance",
+    "majority_answer_chance",
     "majority_chance",
 ]
 
@@ -38,6 +42,16 @@ Item = dict[str, Any]
 MetricName = Literal["accuracy", "vqa_accuracy", "cider_d"]
 RegionLoader = Callable[[int], tuple[torch.Tensor, torch.Tensor]]
 """Image index -> (regions (R, region_dim), boxes (R, 4)), already padded to the task's R."""
+
+
+class TaskDataset(Dataset[Item]):
+    """A map-style dataset of task items that knows its length (what :class:`TaskData` holds)."""
+
+    def __len__(self) -> int:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def __getitem__(self, index: int) -> Item:  # pragma: no cover
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -58,14 +72,14 @@ class TaskData:
 
     name: str
     geometry: TaskGeometry
-    train: Dataset[Item]
-    val: Dataset[Item]
+    train: TaskDataset
+    val: TaskDataset
     metric: MetricName
     chance: float
     words: tuple[str, ...] | None = None
 
 
-class TensorDataset(Dataset[Item]):
+class TensorDataset(TaskDataset):
     """Items sliced from tensors that share their first dimension."""
 
     def __init__(self, **tensors: torch.Tensor) -> None:
@@ -82,7 +96,7 @@ class TensorDataset(Dataset[Item]):
         return {name: t[index] for name, t in self._tensors.items()}
 
 
-class VqaDataset(Dataset[Item]):
+class VqaDataset(TaskDataset):
     """Questions about images: token ids, sparse soft answer scores and the image's regions.
 
     ``answers[i]`` holds question ``i``'s ``(answer index, score)`` pairs (answers outside the
@@ -121,16 +135,19 @@ class VqaDataset(Dataset[Item]):
             "answer": scores.argmax(),
         }
 
-    def answer_scores(self) -> torch.Tensor:
-        """All targets (N, A) at once, without loading features (for chance levels)."""
-        scores = torch.zeros(len(self), self._num_answers)
-        for i, pairs in enumerate(self._answers):
-            for answer, score in pairs:
-                scores[i, answer] = score
-        return scores
+    def labels(self) -> torch.Tensor:
+        """Every item's ``answer`` (N,), read from the targets alone (no features loaded)."""
+        best = [max(pairs, key=lambda p: (p[1], -p[0]))[0] if pairs else 0
+                for pairs in self._answers]
+        return torch.tensor(best, dtype=torch.long)
+
+    def mean_score(self, answer: int) -> float:
+        """VQA accuracy of answering ``answer`` to every question (a chance level)."""
+        total = sum(score for pairs in self._answers for a, score in pairs if a == answer)
+        return total / len(self) if len(self) else 0.0
 
 
-class CaptionDataset(Dataset[Item]):
+class CaptionDataset(TaskDataset):
     """Images with reference captions.
 
     With ``sample=True`` (training) each access draws one reference as ``caption`` from
@@ -148,7 +165,7 @@ class CaptionDataset(Dataset[Item]):
     ) -> None:
         empty = [i for i, refs in enumerate(references) if not refs]
         if empty:
-            raise ValueError(f"Every image needs a reference caption, but image {empty[0]} has none.")
+            raise ValueError(f"Every image needs a reference caption; image {empty[0]} has none.")
         self._references = references
         self._regions, self._max_words, self._sample = regions, max_words, sample
 
@@ -174,7 +191,24 @@ class CaptionDataset(Dataset[Item]):
 
 def majority_chance(train_labels: torch.Tensor, val_labels: torch.Tensor) -> float:
     """Accuracy on ``val_labels`` of always answering the most frequent training label."""
-    if val_labels.numel() == 0:
-        return math.nan
+    if not val_labels.numel() or not train_labels.numel():
+        return 0.0
     majority = torch.bincount(train_labels.flatten()).argmax()
     return float((val_labels == majority).float().mean())
+
+
+def majority_answer_chance(train: VqaDataset, val: VqaDataset) -> float:
+    """VQA accuracy on ``val`` of always giving the most frequent training answer."""
+    labels = train.labels()
+    return val.mean_score(int(torch.bincount(labels).argmax())) if len(labels) else 0.0
+
+
+def constant_caption_chance(train: CaptionDataset, val: CaptionDataset) -> float:
+    """CIDEr-D on ``val`` of captioning every image with the most frequent training caption."""
+    counts: Counter[tuple[str, ...]] = Counter(
+        tuple(c) for refs in train.references for c in refs
+    )
+    if not counts or not len(val):
+        return 0.0
+    best = list(min(counts.items(), key=lambda item: (-item[1], item[0]))[0])
+    return cider_d([best] * len(val), val.references)

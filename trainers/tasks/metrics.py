@@ -29,7 +29,8 @@ def accuracy(predictions: torch.Tensor, labels: torch.Tensor) -> float:
     """Fraction of ``predictions`` (class ids (N,) or logits (N, C)) equal to ``labels`` (N,)."""
     pred = _predicted(predictions)
     if pred.shape != labels.shape:
-        raise ValueError(f"Predictions {tuple(pred.shape)} and labels {tuple(labels.shape)} differ.")
+        raise ValueError(f"Predictions {tuple(pred.shape)} and labels {tuple(labels.shape)} "
+                         "differ in shape.")
     return float((pred == labels).float().mean()) if labels.numel() else 0.0
 
 

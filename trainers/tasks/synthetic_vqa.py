@@ -8,6 +8,9 @@ Each image is a random scene (:mod:`trainers.tasks.scenes`) with one question of
 - compare: "is the red object the same shape as the large cube ?" (yes/no, balanced),
 - spatial: "is the blue sphere left of the small cube ?" (yes/no).
 
+Queries take 45% of the questions (half of them about colour), counts 25%, each yes/no kind
+10%, so the question alone is a weak guide to the answer: the majority answer scores about
+0.14, answering each distinct question with its most frequent training answer about 0.39.
 Questions use a fixed vocabulary of 39 words (ids from 2; 0 pads, 1 is unknown) and are at
 most 16 tokens long; the 26 answers are classes with one-hot ``answer_scores``. The task is
 generated entirely from ``seed``: the projection matrix, the training and the validation split
@@ -16,14 +19,14 @@ each from their own stream, so the validation split does not change with ``train
 
 from __future__ import annotations
 
-import bisect
 import itertools
+import random
 
 import numpy as np
 import torch
 
 from nas.tasks import TaskGeometry
-from trainers.tasks.data import TaskData, VqaDataset, majority_chance
+from trainers.tasks.data import TaskData, VqaDataset, majority_answer_chance
 from trainers.tasks.scenes import (
     ATTRIBUTES,
     COLORS,
@@ -31,9 +34,11 @@ from trainers.tasks.scenes import (
     SHAPES,
     SIZES,
     Scene,
+    Streams,
     region_tensors,
     sample_scene,
     scene_projection,
+    task_streams,
 )
 
 __all__ = ["ANSWERS", "QUESTION_WORDS", "build"]
@@ -52,8 +57,9 @@ ANSWERS: tuple[str, ...] = (
 _ATTRIBUTE_NAMES = tuple(ATTRIBUTES)
 _WORD_ID = {w: i + 2 for i, w in enumerate(QUESTION_WORDS)}
 _ANSWER_ID = {a: i for i, a in enumerate(ANSWERS)}
-# question kind -> probability; yes/no kinds take 45% of the questions
-_KINDS = {"exist": 0.15, "count": 0.2, "query": 0.35, "compare": 0.15, "spatial": 0.15}
+# Question kind -> probability, and the attribute a query asks for -> probability.
+_KINDS = {"query": 0.45, "count": 0.25, "exist": 0.1, "compare": 0.1, "spatial": 0.1}
+_QUERIED = {"color": 0.5, "shape": 0.25, "size": 0.125, "material": 0.125}
 Description = dict[str, int]  # attribute -> value index
 Question = tuple[list[str], str]
 
@@ -76,45 +82,45 @@ def _matches(scene: Scene, desc: Description) -> list[int]:
     return [i for i in range(len(scene)) if all(col[i] == value for col, value in columns)]
 
 
-def _describe(scene: Scene, i: int, rng: np.random.Generator, exclude: str = "") -> Description | None:
+def _describe(scene: Scene, i: int, rng: random.Random, exclude: str = "") -> Description | None:
     """A smallest set of ``i``'s attributes (not ``exclude``) that fits ``i`` alone, if any."""
     names = [a for a in ATTRIBUTES if a != exclude]
     for k in range(1, len(names) + 1):
         subsets = list(itertools.combinations(names, k))
-        for j in rng.permutation(len(subsets)).tolist():
-            desc = {a: scene.attribute(a)[i] for a in subsets[j]}
+        for subset in rng.sample(subsets, len(subsets)):
+            desc = {a: scene.attribute(a)[i] for a in subset}
             if len(_matches(scene, desc)) == 1:
                 return desc
     return None
 
 
-def _random_desc(rng: np.random.Generator, scene: Scene, k: int, from_object: bool) -> Description:
-    names = [_ATTRIBUTE_NAMES[j] for j in rng.permutation(len(ATTRIBUTES))[:k].tolist()]
+def _random_desc(rng: random.Random, scene: Scene, k: int, from_object: bool) -> Description:
+    names = rng.sample(_ATTRIBUTE_NAMES, k)
     if from_object:
-        i = int(rng.integers(len(scene)))
+        i = rng.randrange(len(scene))
         return {a: scene.attribute(a)[i] for a in names}
-    return {a: int(rng.integers(len(ATTRIBUTES[a]))) for a in names}
+    return {a: rng.randrange(len(ATTRIBUTES[a])) for a in names}
 
 
-def _exist(scene: Scene, rng: np.random.Generator) -> Question | None:
-    want = bool(rng.random() < 0.5)
+def _exist(scene: Scene, rng: random.Random) -> Question | None:
+    want = rng.random() < 0.5
     for _ in range(20):
-        desc = _random_desc(rng, scene, int(rng.integers(1, 4)), from_object=want)
+        desc = _random_desc(rng, scene, rng.randint(1, 3), from_object=want)
         if (len(_matches(scene, desc)) > 0) == want:
             phrase = _phrase(desc)
             return ["is", "there", _article(phrase), *phrase, "?"], "yes" if want else "no"
     return None
 
 
-def _count(scene: Scene, rng: np.random.Generator) -> Question | None:
-    desc = _random_desc(rng, scene, int(rng.integers(1, 3)), from_object=bool(rng.random() < 0.8))
+def _count(scene: Scene, rng: random.Random) -> Question | None:
+    desc = _random_desc(rng, scene, rng.randint(1, 2), from_object=rng.random() < 0.8)
     words = ["how", "many", *_phrase(desc, plural=True), "are", "there", "?"]
     return words, str(len(_matches(scene, desc)))
 
 
-def _query(scene: Scene, rng: np.random.Generator) -> Question | None:
-    attribute = _ATTRIBUTE_NAMES[int(rng.integers(len(ATTRIBUTES)))]
-    for i in rng.permutation(len(scene)).tolist():
+def _query(scene: Scene, rng: random.Random) -> Question | None:
+    attribute = rng.choices(list(_QUERIED), list(_QUERIED.values()))[0]
+    for i in rng.sample(range(len(scene)), len(scene)):
         desc = _describe(scene, i, rng, exclude=attribute)
         if desc is not None:
             answer = ATTRIBUTES[attribute][scene.attribute(attribute)[i]]
@@ -122,14 +128,14 @@ def _query(scene: Scene, rng: np.random.Generator) -> Question | None:
     return None
 
 
-def _pairs(scene: Scene, rng: np.random.Generator) -> list[tuple[int, int]]:
+def _pairs(scene: Scene, rng: random.Random) -> list[tuple[int, int]]:
     pairs = [(i, j) for i in range(len(scene)) for j in range(len(scene)) if i != j]
-    return [pairs[k] for k in rng.permutation(len(pairs)).tolist()]
+    return rng.sample(pairs, len(pairs))
 
 
-def _compare(scene: Scene, rng: np.random.Generator) -> Question | None:
-    attribute = _ATTRIBUTE_NAMES[int(rng.integers(len(ATTRIBUTES)))]
-    want = bool(rng.random() < 0.5)
+def _compare(scene: Scene, rng: random.Random) -> Question | None:
+    attribute = rng.choice(_ATTRIBUTE_NAMES)
+    want = rng.random() < 0.5
     values = scene.attribute(attribute)
     for i, j in _pairs(scene, rng):
         if (values[i] == values[j]) != want:
@@ -142,7 +148,7 @@ def _compare(scene: Scene, rng: np.random.Generator) -> Question | None:
     return None
 
 
-def _spatial(scene: Scene, rng: np.random.Generator) -> Question | None:
+def _spatial(scene: Scene, rng: random.Random) -> Question | None:
     x = scene.centre_x
     side = "left" if rng.random() < 0.5 else "right"
     for i, j in _pairs(scene, rng):
@@ -160,17 +166,15 @@ _MAKERS = {"exist": _exist, "count": _count, "query": _query, "compare": _compar
            "spatial": _spatial}
 
 
-def _split(
-    rng: np.random.Generator, size: int, projection: np.ndarray, noise: float
-) -> VqaDataset:
+def _split(streams: Streams, size: int, projection: np.ndarray, noise: float) -> VqaDataset:
+    rng, np_rng = streams
     scenes: list[Scene] = []
     questions: list[list[int]] = []
     answers: list[list[tuple[int, float]]] = []
-    kinds, cumulative = list(_KINDS), np.cumsum(list(_KINDS.values())).tolist()
+    kinds, weights = list(_KINDS), list(_KINDS.values())
     while len(scenes) < size:
         scene = sample_scene(rng, 3, MAX_OBJECTS)
-        kind = kinds[bisect.bisect(cumulative, rng.random() * cumulative[-1])]
-        made = _MAKERS[kind](scene, rng)
+        made = _MAKERS[rng.choices(kinds, weights)[0]](scene, rng)
         if made is None:  # e.g. no object can be singled out: draw another scene
             continue
         words, answer = made
@@ -178,9 +182,11 @@ def _split(
         questions.append(ids + [0] * (QUESTION_TOKENS - len(ids)))
         answers.append([(_ANSWER_ID[answer], 1.0)])
         scenes.append(scene)
-    regions, boxes = region_tensors(scenes, projection, rng, regions=MAX_OBJECTS, noise=noise)
-    return VqaDataset(torch.tensor(questions, dtype=torch.long).reshape(size, -1), answers, range(size), lambda i: (regions[i], boxes[i]),
-                      len(ANSWERS))
+    regions, boxes = region_tensors(scenes, projection, np_rng, regions=MAX_OBJECTS, noise=noise)
+    return VqaDataset(
+        torch.tensor(questions, dtype=torch.long).reshape(size, QUESTION_TOKENS), answers,
+        range(size), lambda i: (regions[i], boxes[i]), len(ANSWERS),
+    )
 
 
 def build(
@@ -192,13 +198,13 @@ def build(
     noise: float = 0.5,
 ) -> TaskData:
     """The ``synthetic-vqa`` task; ``noise`` is the std of the Gaussian added to each feature."""
-    streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3)]
-    projection = scene_projection(streams[0], region_dim)
-    train = _split(streams[1], train_size, projection, noise)
-    val = _split(streams[2], val_size, projection, noise)
+    projection_rng, train_streams, val_streams = task_streams(seed)
+    projection = scene_projection(projection_rng, region_dim)
+    train = _split(train_streams, train_size, projection, noise)
+    val = _split(val_streams, val_size, projection, noise)
     geometry = TaskGeometry(
         "synthetic-vqa", "vqa", len(ANSWERS), question_tokens=QUESTION_TOKENS,
         question_vocab=len(QUESTION_WORDS) + 2, regions=MAX_OBJECTS, region_dim=region_dim,
     )
-    chance = majority_chance(train.answer_scores().argmax(1), val.answer_scores().argmax(1))
-    return TaskData("synthetic-vqa", geometry, train, val, "vqa_accuracy", chance)
+    return TaskData("synthetic-vqa", geometry, train, val, "vqa_accuracy",
+                    majority_answer_chance(train, val))

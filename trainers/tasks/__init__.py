@@ -1,0 +1,25 @@
+"""Trainable tasks: the built-in proxy tasks and the user's own datasets.
+
+``get_task(name, **options)`` returns a :class:`TaskData` (geometry, train/val datasets, metric,
+chance level, caption vocabulary); ``collate`` batches its items for a ``DataLoader``. Built in,
+generated from a seed or shipped with an installed package: ``synthetic-vqa``,
+``synthetic-captions``, ``digits``. From the user's files: ``vqa-files`` (VQA v2 with
+MCAN/OpenVQA region features), ``coco-files`` (Karpathy-split COCO captions with region
+features), ``image-folder`` and ``cifar``. Metrics live in :mod:`trainers.tasks.metrics`.
+"""
+
+from trainers.tasks.collate import Batch, collate
+from trainers.tasks.data import Item, MetricName, TaskData, TaskDataset
+from trainers.tasks.registry import get_task, list_tasks, task_options
+
+__all__ = [
+    "Batch",
+    "Item",
+    "MetricName",
+    "TaskData",
+    "TaskDataset",
+    "collate",
+    "get_task",
+    "list_tasks",
+    "task_options",
+]

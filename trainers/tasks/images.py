@@ -1,0 +1,161 @@
+"""Image classification from the user's files: ``image-folder`` and ``cifar``.
+
+``image-folder`` reads torchvision's ImageFolder layout, one folder per class and split::
+
+    root/train/<class>/*.png|jpg
+    root/val/<class>/*.png|jpg
+
+Images are converted to RGB (or grayscale with ``in_chans=1``), resized to ``image_size``
+squared and normalised with the ImageNet mean and std. Both splits must have the same classes.
+
+``cifar`` reads CIFAR-10 or CIFAR-100 in their "python version" layout, already on disk (it is
+never downloaded): ``root`` is, or contains, ``cifar-10-batches-py`` (pickles ``data_batch_1`` ..
+``data_batch_5`` and ``test_batch``, labels under ``labels``) or ``cifar-100-python`` (``train``
+and ``test``, labels under ``fine_labels``); each pickle holds ``data``, uint8 (N, 3072) in
+channel-major order. Images are normalised with the training split's per-channel mean and std,
+and resized when ``image_size`` is not 32. The test batch is the validation split.
+
+Chance is the accuracy of always answering the most frequent training class.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torchvision import datasets, transforms
+
+from nas.errors import ConfigError, NasError
+from nas.tasks import TaskGeometry
+from trainers.tasks.data import Item, TaskData, TaskDataset, majority_chance
+
+__all__ = ["build_cifar", "build_image_folder"]
+
+_IMAGENET_MEAN, _IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def _rgb(image: Any) -> Any:
+    return image.convert("RGB")
+
+
+class _FolderDataset(TaskDataset):
+    def __init__(self, folder: datasets.ImageFolder) -> None:
+        self.folder = folder
+
+    def __len__(self) -> int:
+        return len(self.folder)
+
+    def __getitem__(self, index: int) -> Item:
+        image, label = self.folder[index]
+        return {"images": image, "label": torch.tensor(label)}
+
+
+def _folder(directory: Path, transform: transforms.Compose) -> datasets.ImageFolder:
+    if not directory.is_dir():
+        raise NasError(f"Image folder '{directory}' does not exist.")
+    try:
+        return datasets.ImageFolder(str(directory), transform=transform)
+    except FileNotFoundError:  # no class folder, or no image in any of them
+        raise NasError(f"Image folder '{directory}' holds no class folder with .png/.jpg "
+                       "images; expected <split>/<class>/<image>.") from None
+
+
+def build_image_folder(
+    *, root: str, image_size: int = 224, in_chans: int = 3, train: str = "train",
+    val: str = "val",
+) -> TaskData:
+    """The ``image-folder`` task over ``root/<train>`` and ``root/<val>``."""
+    if in_chans not in (1, 3):
+        raise ConfigError(f"`in_chans` must be 1 or 3, but got in_chans={in_chans}.")
+    mean, std = (_IMAGENET_MEAN, _IMAGENET_STD) if in_chans == 3 else ((0.449,), (0.226,))
+    transform = transforms.Compose([
+        transforms.Grayscale(1) if in_chans == 1 else transforms.Lambda(_rgb),
+        transforms.Resize((image_size, image_size)),
+        transforms.ToTensor(),
+        transforms.Normalize(mean, std),
+    ])
+    base = Path(root).expanduser()
+    train_set, val_set = _folder(base / train, transform), _folder(base / val, transform)
+    if train_set.classes != val_set.classes:
+        raise NasError(
+            f"Image folder '{base / val}' has classes {val_set.classes}, but '{base / train}' "
+            f"has {train_set.classes}; both splits need the same class folders."
+        )
+    geometry = TaskGeometry("image-folder", "image", len(train_set.classes),
+                            image_size=image_size, in_chans=in_chans)
+    chance = majority_chance(torch.tensor(train_set.targets), torch.tensor(val_set.targets))
+    return TaskData("image-folder", geometry, _FolderDataset(train_set), _FolderDataset(val_set),
+                    "accuracy", chance)
+
+
+class _CifarDataset(TaskDataset):
+    """CIFAR images kept as uint8; normalised (and resized) per item."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, mean: torch.Tensor,
+                 std: torch.Tensor, image_size: int) -> None:
+        self.images, self.labels, self.mean, self.std = images, labels, mean, std
+        self.image_size = image_size
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> Item:
+        image = (self.images[index].float() - self.mean) / self.std  # (3, 32, 32)
+        if self.image_size != image.shape[-1]:
+            image = F.interpolate(image[None], size=(self.image_size, self.image_size),
+                                  mode="bilinear", align_corners=False)[0]
+        return {"images": image, "label": self.labels[index]}
+
+
+def _unpickle(path: Path, label_key: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images (N, 3, 32, 32) uint8 and labels (N,) of one CIFAR pickle."""
+    if not path.is_file():
+        raise NasError(f"CIFAR batch '{path}' does not exist.")
+    try:
+        with path.open("rb") as f:
+            batch: Any = pickle.load(f, encoding="bytes")
+        data, labels = batch[b"data"], batch[label_key.encode()]
+        images = torch.as_tensor(data, dtype=torch.uint8).reshape(-1, 3, 32, 32)
+        targets = torch.as_tensor(labels, dtype=torch.long).reshape(-1)
+    except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, RuntimeError,
+            IndexError, AttributeError) as exc:
+        raise NasError(f"CIFAR batch '{path}' is not a CIFAR python pickle "
+                       f"({type(exc).__name__}).") from None
+    if len(targets) != len(images):
+        raise NasError(f"CIFAR batch '{path}' has {len(images)} images but {len(targets)} labels.")
+    if not len(images):
+        raise NasError(f"CIFAR batch '{path}' holds no images.")
+    return images, targets
+
+
+def _cifar_files(root: Path) -> tuple[list[Path], Path, str, int]:
+    """The training pickles, the test pickle, the label key and the class count under ``root``."""
+    for base in (root / "cifar-10-batches-py", root / "cifar-100-python", root):
+        if not base.is_dir():
+            continue
+        if base.name == "cifar-10-batches-py" or (base / "data_batch_1").exists():
+            batches = [base / f"data_batch_{i}" for i in range(1, 6)]
+            return batches, base / "test_batch", "labels", 10
+        if base.name == "cifar-100-python" or (base / "train").exists():
+            return [base / "train"], base / "test", "fine_labels", 100
+    raise NasError(f"No CIFAR data under '{root}': expected cifar-10-batches-py/ or "
+                   "cifar-100-python/ (the python version), which is never downloaded.")
+
+
+def build_cifar(*, root: str, image_size: int = 32) -> TaskData:
+    """The ``cifar`` task (CIFAR-10 or CIFAR-100, whichever ``root`` holds)."""
+    train_files, test_file, label_key, classes = _cifar_files(Path(root).expanduser())
+    parts = [_unpickle(p, label_key) for p in train_files]
+    train_x, train_y = torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
+    val_x, val_y = _unpickle(test_file, label_key)
+    mean = train_x.float().mean(dim=(0, 2, 3))[:, None, None]  # (3, 1, 1)
+    std = train_x.float().std(dim=(0, 2, 3))[:, None, None].clamp(min=1e-3)
+    geometry = TaskGeometry("cifar", "image", classes, image_size=image_size, in_chans=3)
+    return TaskData(
+        "cifar", geometry, _CifarDataset(train_x, train_y, mean, std, image_size),
+        _CifarDataset(val_x, val_y, mean, std, image_size), "accuracy",
+        majority_chance(train_y, val_y),
+    )
