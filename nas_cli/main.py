@@ -62,6 +62,139 @@ def _cmd_cost(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_train(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from nas.loading import load_arch, parse_overrides
+    from trainers import TrainConfig, get_task, train
+    from trainers.loop import quick_defaults
+
+    config = load_arch(args.arch, args.set)
+    data = get_task(args.task, **parse_overrides(args.task_set))
+    settings: dict[str, Any] = {**quick_defaults(args.task), **parse_overrides(args.train_set)}
+    if args.epochs is not None:
+        settings["epochs"] = args.epochs
+    if args.seed is not None:
+        settings["seed"] = args.seed
+    cfg = TrainConfig.from_dict(settings)
+
+    def progress(batches: Any, total: int, desc: str) -> Any:
+        return tqdm(batches, total=total, desc=desc, leave=False, file=sys.stderr,
+                    disable=args.json and not sys.stderr.isatty())
+
+    def report(epoch: Any) -> None:
+        if not args.json:
+            print(f"epoch {epoch.epoch}: loss {epoch.train_loss:.4f}  {epoch.metric} "
+                  f"{epoch.value:.4f}  ({epoch.seconds:.1f} s)")
+
+    result = train(config, cfg, data, report, checkpoint_dir=args.out, progress=progress)
+    if args.json:
+        keys = ("metric", "value", "chance", "epochs", "seconds", "samples_per_second",
+                "params", "madds", "status", "reason", "checkpoint", "arch_id")
+        print(json.dumps({k: getattr(result, k) for k in keys}))
+    else:
+        print(f"{result.status}: {result.metric} {result.value:.4f} (chance {result.chance:.4f}) "
+              f"in {result.seconds:.1f} s, {result.samples_per_second:.0f} samples/s, "
+              f"{result.params:,} params, {result.madds:,} MAdds")
+        if result.reason:
+            print(f"reason: {result.reason}")
+        if result.checkpoint:
+            print(f"checkpoint: {result.checkpoint}")
+    return 0 if result.status != "failed" else 1
+
+
+def _resolve_study_file(path: str) -> str:
+    """A study file path, or the name of one shipped in ``studies/`` (``quickstart``)."""
+    from pathlib import Path
+
+    if Path(path).exists() or path.endswith((".yaml", ".yml", ".json")):
+        return path
+    import studies
+
+    shipped = Path(studies.__file__).parent / f"{path}.yaml"
+    return str(shipped) if shipped.exists() else path
+
+
+def _print_front(name: str, storage: str | None) -> None:
+    from studies import pareto_trials
+
+    front = pareto_trials(name, storage)
+    print(f"Pareto front of {name!r}: {len(front)} trials")
+    if not front:
+        return
+    names = list(front[0]["values"])
+    print("  trial  " + "  ".join(f"{n:>14}" for n in names) + "  arch_id")
+    for t in front:
+        vals = "  ".join(f"{v:>14,.4f}" if n in ("accuracy", "latency_ms") else f"{v:>14,.0f}"
+                         for n, v in t["values"].items())
+        print(f"  {t['number']:>5}  {vals}  {t['arch_id']}")
+
+
+def _after_run(name: str, storage: str | None) -> None:
+    from studies import resolve_storage_url
+
+    _print_front(name, storage)
+    url = resolve_storage_url(storage)
+    print(f"\nOpen the dashboard: nas dashboard --storage {url}")
+    print(f"Export the front:   nas export {name} --pareto --format yaml --out exported/ "
+          f"--storage {url}")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from studies import create_study, load_study_spec, run_study
+
+    spec = load_study_spec(_resolve_study_file(args.study), name=args.name)
+    run = create_study(spec, args.storage)
+    print(f"study {spec.name!r}: {spec.budget.trials} trials of {spec.space!r} on {spec.task!r}, "
+          f"storage {run.storage.url}", file=sys.stderr)
+    run_study(run, address=args.address)
+    _after_run(spec.name, args.storage)
+    return 0
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    from studies import load_existing, run_study
+
+    run = load_existing(args.name, args.storage)
+    run_study(run, address=args.address)
+    _after_run(args.name, args.storage)
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from studies import list_studies, study_status
+
+    if args.name is None:
+        rows = list_studies(args.storage)
+        if args.json:
+            print(json.dumps(rows))
+        else:
+            for r in rows:
+                print(f"{r['name']:<32} {r['task'] or '-':<20} {r['trials']:>6} trials  "
+                      f"started {r['started']}")
+        return 0
+    status = study_status(args.name, args.storage)
+    if args.json:
+        print(json.dumps(status))
+        return 0
+    print(f"study {status['name']!r} on {status['task']!r}: {status['counted']}/"
+          f"{status['budget']} trials counted, hypervolume {status['hypervolume']:.4f}")
+    print("  by status: " + ", ".join(f"{k} {v}" for k, v in sorted(status["statuses"].items())))
+    for o in status["objectives"]:
+        print(f"  best {o['name']} ({o['direction']}): {status['best'][o['name']]}")
+    return 0
+
+
+def _cmd_pareto(args: argparse.Namespace) -> int:
+    from studies import pareto_trials
+
+    if args.json:
+        print(json.dumps(pareto_trials(args.name, args.storage)))
+    else:
+        _print_front(args.name, args.storage)
+    return 0
+
+
 # ----------------------------------------------------------------------------- parser
 def _add_arch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("arch", metavar="ARCH", help="a preset name or a YAML/JSON architecture file")
@@ -93,6 +226,52 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", default=None, help="task geometry (default: the family's task)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_cost)
+
+    p = sub.add_parser(
+        "train", help="train one architecture on one task",
+        description="Train ARCH on TASK with a progress bar; writes a checkpoint holding its "
+        "config to --out. Exit code 1 when the run fails (e.g. the loss turns NaN).",
+    )
+    _add_arch_args(p)
+    p.add_argument("--task", required=True, help="a trainable task (synthetic-vqa, "
+                   "synthetic-captions, digits, vqa-files, coco-files, image-folder, cifar)")
+    p.add_argument("--task-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a task option, e.g. root=/data/coco (repeatable)")
+    p.add_argument("--train-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a training setting, e.g. lr=0.002 (repeatable)")
+    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--out", default=None, metavar="DIR", help="write the checkpoint here")
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    p.set_defaults(func=_cmd_train)
+
+    storage_help = ("SQLAlchemy URL of the study database (default: $NAS_STORAGE, else "
+                    "sqlite:///nas_studies.db)")
+    p = sub.add_parser("run", help="launch a study (local Ray, or a cluster with --address)")
+    p.add_argument("study", metavar="STUDY.yaml",
+                   help="a study file, or the name of a shipped one (quickstart)")
+    p.add_argument("--storage", default=None, help=storage_help)
+    p.add_argument("--address", default=None, help="an existing Ray cluster (e.g. auto)")
+    p.add_argument("--name", default=None, help="study name (default: the file's name key)")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("resume", help="continue a study from the database alone")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--storage", default=None, help=storage_help)
+    p.add_argument("--address", default=None, help="an existing Ray cluster (e.g. auto)")
+    p.set_defaults(func=_cmd_resume)
+
+    p = sub.add_parser("status", help="studies, or one study's trial counts and best values")
+    p.add_argument("name", metavar="NAME", nargs="?", default=None)
+    p.add_argument("--storage", default=None, help=storage_help)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_cmd_status)
+
+    p = sub.add_parser("pareto", help="the Pareto-optimal trials of a study")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--storage", default=None, help=storage_help)
+    p.add_argument("--json", action="store_true", help="print a JSON list")
+    p.set_defaults(func=_cmd_pareto)
     return parser
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "TrainResult",
     "learning_rate",
     "load_checkpoint",
+    "quick_defaults",
     "select_device",
     "train",
 ]
@@ -84,6 +85,19 @@ class TrainConfig:
         if unknown:
             raise ConfigError(f"Unknown training key {unknown[0]!r}; valid keys are {sorted(known)}.")
         return cls(**data)
+
+
+# Quick proxy budgets for this kind of 2-core CPU (each run well under a minute for a small model).
+_QUICK: dict[str, dict[str, Any]] = {
+    "digits": {"epochs": 15, "batch_size": 64, "lr": 2e-3, "warmup_epochs": 1.0},
+    "synthetic-vqa": {"epochs": 8, "batch_size": 64, "lr": 2e-3},
+    "synthetic-captions": {"epochs": 6, "batch_size": 64, "lr": 2e-3},
+}
+
+
+def quick_defaults(task: str) -> dict[str, Any]:
+    """Training settings of the quick default budget for ``task`` (empty: TrainConfig's own)."""
+    return dict(_QUICK.get(task, {}))
 
 
 @dataclass(frozen=True)

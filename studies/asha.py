@@ -1,0 +1,80 @@
+"""Multi-objective asynchronous successive halving (ASHA) across trials.
+
+Rungs sit at ``grace * eta**i`` epochs (below the full budget). When a trial reaches a rung its
+objective vector there (the metric at that epoch, plus the cost objectives, which training does
+not change) joins the rung's record. It continues when it is non-dominated among the trials at
+that rung, or when it is in the best ``1/eta`` of them by non-dominated rank and crowding; a rung
+with fewer than ``eta`` trials lets everyone through. Stopped trials keep the fidelity they
+reached. The state is rebuilt from the per-epoch table on resume.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from studies.pareto import nondominated_ranks, to_minimization
+
+__all__ = ["Rungs"]
+
+
+def _crowding(points: np.ndarray) -> np.ndarray:
+    n, m = points.shape
+    distance = np.zeros(n)
+    if n <= 2:
+        return np.full(n, np.inf)
+    for j in range(m):
+        order = np.argsort(points[:, j])
+        span = points[order[-1], j] - points[order[0], j]
+        distance[order[0]] = distance[order[-1]] = np.inf
+        if span > 0:
+            distance[order[1:-1]] += (points[order[2:], j] - points[order[:-2], j]) / span
+    return distance
+
+
+@dataclass
+class Rungs:
+    """ASHA rung bookkeeping for one study (pure: no I/O)."""
+
+    grace: int
+    eta: int
+    max_epochs: int
+    directions: Sequence[str]
+    records: dict[int, dict[int, tuple[float, ...]]] = field(default_factory=dict)
+
+    @property
+    def epochs(self) -> list[int]:
+        if self.grace >= self.max_epochs:
+            return []
+        count = int(math.floor(math.log(self.max_epochs / self.grace, self.eta) - 1e-9)) + 1
+        return [self.grace * self.eta**i for i in range(count)
+                if self.grace * self.eta**i < self.max_epochs]
+
+    def record(self, trial: int, epoch: int, vector: Sequence[float]) -> None:
+        if epoch in self.epochs:
+            self.records.setdefault(epoch, {})[trial] = tuple(float(v) for v in vector)
+
+    def should_stop(self, trial: int, epoch: int, vector: Sequence[float]) -> bool:
+        """Record the trial at ``epoch`` and decide whether it stops there."""
+        if epoch not in self.epochs:
+            return False
+        self.record(trial, epoch, vector)
+        peers = self.records[epoch]
+        if len(peers) < self.eta:
+            return False
+        ids = list(peers)
+        points = to_minimization([peers[i] for i in ids], self.directions)
+        ranks = nondominated_ranks(points)
+        me = ids.index(trial)
+        if ranks[me] == 0:
+            return False
+        crowd = np.zeros(len(ids))
+        for r in np.unique(ranks):
+            members = np.flatnonzero(ranks == r)
+            crowd[members] = _crowding(points[members])
+        order = sorted(range(len(ids)), key=lambda i: (ranks[i], -crowd[i]))
+        keep = set(order[: max(1, len(ids) // self.eta)])
+        return me not in keep

@@ -1,0 +1,84 @@
+"""Reading studies back: summaries, one study's status, its Pareto-optimal trials.
+
+Everything here reads the database only, through Optuna's public API, so what it prints is what
+``optuna.load_study`` sees.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from studies.engine import counted_trials, load_existing
+from studies.pareto import hypervolume_history
+from studies.storage import open_storage, session
+
+__all__ = ["list_studies", "pareto_trials", "study_status"]
+
+
+def _objective_names(study: optuna.Study) -> list[str]:
+    names = study.user_attrs.get("nas.objectives")
+    return list(names) if names else [f"objective_{i}" for i in range(len(study.directions))]
+
+
+def _directions(study: optuna.Study) -> list[str]:
+    return [d.name.lower() for d in study.directions]
+
+
+def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
+    """Trial counts by state, best value of each objective, hypervolume, budget."""
+    run = load_existing(name, storage_url)
+    study = run.study
+    with session(run.storage.url):
+        trials = study.get_trials(deepcopy=False)
+    states = Counter(t.state.name.lower() for t in trials)
+    statuses = Counter(t.user_attrs.get("nas.status", t.state.name.lower()) for t in trials)
+    names, directions = _objective_names(study), _directions(study)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    best: dict[str, float | None] = {}
+    for i, (n, d) in enumerate(zip(names, directions, strict=True)):
+        vals = [t.values[i] for t in complete]
+        best[n] = (max(vals) if d == "maximize" else min(vals)) if vals else None
+    hv = hypervolume_history([t.values for t in complete], directions)
+    times = [t.datetime_complete or t.datetime_start for t in trials]
+    last = max((x for x in times if x is not None), default=None)
+    return {
+        "name": name, "task": run.spec.task, "space_hash": run.space.hash,
+        "budget": run.spec.budget.trials, "counted": counted_trials(trials),
+        "states": dict(states), "statuses": dict(statuses),
+        "objectives": [{"name": n, "direction": d} for n, d in zip(names, directions,
+                                                                    strict=True)],
+        "best": best, "hypervolume": hv[-1] if hv else 0.0,
+        "last_activity": last.isoformat() if last else None,
+    }
+
+
+def list_studies(storage_url: str | None = None) -> list[dict[str, Any]]:
+    """Name, task, trial counts and last activity of every study in the database."""
+    storage = open_storage(storage_url, create=False)
+    with session(storage.url):
+        summaries = optuna.study.get_all_study_summaries(storage, include_best_trial=False)
+    out = []
+    for s in summaries:
+        spec = s.user_attrs.get("nas.spec", {})
+        out.append({"name": s.study_name, "task": (spec.get("task") or {}).get("name"),
+                    "trials": s.n_trials,
+                    "started": s.datetime_start.isoformat() if s.datetime_start else None})
+    return out
+
+
+def pareto_trials(name: str, storage_url: str | None = None) -> list[dict[str, Any]]:
+    """The study's Pareto-optimal trials (Optuna's ``best_trials``), ordered by number."""
+    run = load_existing(name, storage_url)
+    names = _objective_names(run.study)
+    with session(run.storage.url):
+        best = run.study.best_trials
+    return [{"number": t.number,
+             "values": dict(zip(names, t.values, strict=True)),
+             "arch_id": t.user_attrs.get("nas.arch_id"),
+             "arch": t.user_attrs.get("nas.arch"),
+             "status": t.user_attrs.get("nas.status")}
+            for t in sorted(best, key=lambda t: t.number)]

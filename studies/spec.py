@@ -1,0 +1,274 @@
+"""Study files: one frozen, validated description of a search.
+
+A study file (YAML) has the keys of the contract: ``name``, ``task``, ``space``, ``objectives``,
+``constraints``, ``sampler``, ``budget``, ``fidelity``, ``resources``, ``seed``; and, documented
+here, ``train`` (fixed training settings) and ``enqueue`` (architectures to evaluate first: preset
+names, architecture files or inline mappings). Unknown keys are an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from nas.errors import ConfigError
+from nas.loading import read_mapping
+
+__all__ = [
+    "OBJECTIVES",
+    "Budget",
+    "Fidelity",
+    "Objective",
+    "Resources",
+    "StudySpec",
+    "load_study_spec",
+]
+
+Direction = Literal["minimize", "maximize"]
+# name -> default direction. ``accuracy`` is the task's metric (accuracy, VQA accuracy, CIDEr-D).
+OBJECTIVES: dict[str, Direction] = {
+    "accuracy": "maximize", "params": "minimize", "madds": "minimize", "latency_ms": "minimize",
+}
+_CONSTRAINTS = ("params_max", "madds_max", "latency_ms_max", "params_min", "madds_min")
+_KEYS = ("name", "task", "space", "objectives", "constraints", "sampler", "budget", "fidelity",
+         "resources", "seed", "train", "enqueue", "description")
+
+
+@dataclass(frozen=True)
+class Objective:
+    name: str
+    direction: Direction
+
+
+@dataclass(frozen=True)
+class Budget:
+    trials: int
+    timeout_minutes: float | None = None
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """Epochs per trial and the early-stopping schedule across trials.
+
+    ``early_stopping`` is ``none`` or ``asha`` (multi-objective: a trial continues past a rung
+    when it is non-dominated among the trials that reached that rung, or in the best
+    1/reduction_factor of them); rungs at ``grace_epochs * reduction_factor**i``.
+    """
+
+    epochs: int = 3
+    early_stopping: Literal["none", "asha"] = "none"
+    grace_epochs: int = 1
+    reduction_factor: int = 2
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpu: float = 1.0
+    gpu: float = 0.0
+
+
+def _mapping(value: Any, key: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"Study key `{key}` must be a mapping, but got {value!r}.")
+    return dict(value)
+
+
+def _only(data: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise ConfigError(
+            f"Unknown key {unknown[0]!r} in study `{where}`; valid keys are {list(allowed)}."
+        )
+
+
+def _number(value: Any, key: str, *, minimum: float = 0.0, integer: bool = False) -> Any:
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"Study key `{key}` must be a number, but got {value!r}.")
+    if integer:
+        if float(value) != int(value):
+            raise ConfigError(f"Study key `{key}` must be an integer, but got {value!r}.")
+        value = int(value)
+    if value < minimum:
+        raise ConfigError(f"Study key `{key} >= {minimum:g}` must hold, but got {value!r}.")
+    return value
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """A validated study file. ``to_dict()`` is what is stored with the study."""
+
+    name: str
+    task: str
+    task_options: dict[str, Any]
+    space: str | dict[str, Any]
+    objectives: tuple[Objective, ...]
+    constraints: dict[str, float] = field(default_factory=dict)
+    sampler: dict[str, Any] = field(default_factory=lambda: {"name": "nsga2"})
+    budget: Budget = Budget(trials=12)
+    fidelity: Fidelity = Fidelity()
+    resources: Resources = Resources()
+    seed: int = 0
+    train: dict[str, Any] = field(default_factory=dict)
+    enqueue: tuple[Any, ...] = ()
+    description: str = ""
+
+    @property
+    def directions(self) -> list[Direction]:
+        return [o.direction for o in self.objectives]
+
+    @property
+    def objective_names(self) -> list[str]:
+        return [o.name for o in self.objectives]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "description": self.description,
+            "task": {"name": self.task, **self.task_options}, "space": self.space,
+            "objectives": [{"name": o.name, "direction": o.direction} for o in self.objectives],
+            "constraints": dict(self.constraints), "sampler": dict(self.sampler),
+            "budget": {"trials": self.budget.trials,
+                       "timeout_minutes": self.budget.timeout_minutes},
+            "fidelity": {"epochs": self.fidelity.epochs,
+                         "early_stopping": self.fidelity.early_stopping,
+                         "grace_epochs": self.fidelity.grace_epochs,
+                         "reduction_factor": self.fidelity.reduction_factor},
+            "resources": {"cpu": self.resources.cpu, "gpu": self.resources.gpu},
+            "seed": self.seed, "train": dict(self.train), "enqueue": list(self.enqueue),
+        }
+
+    def training_key(self) -> str:
+        """Hash of everything besides the architecture that decides a trial's result."""
+        blob = json.dumps({"task": {"name": self.task, **self.task_options},
+                           "train": self.train, "epochs": self.fidelity.epochs,
+                           "seed": self.seed}, sort_keys=True, default=str)
+        return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+    # ------------------------------------------------------------------ parsing
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, name: str | None = None) -> StudySpec:
+        if not isinstance(data, Mapping):
+            raise ConfigError("A study file must hold a mapping.")
+        _only(data, _KEYS, "file")
+        study_name = name or data.get("name")
+        if not isinstance(study_name, str) or not study_name.strip():
+            raise ConfigError("The study needs a `name` (a non-empty string), or pass --name.")
+        if any(c in study_name for c in "/\\\n\r\t") or len(study_name) > 200:
+            raise ConfigError(f"Study name {study_name!r} must be one line without slashes.")
+
+        task = data.get("task")
+        if isinstance(task, str):
+            task_name, task_options = task, {}
+        elif isinstance(task, Mapping) and isinstance(task.get("name"), str):
+            task_options = {k: v for k, v in task.items() if k != "name"}
+            task_name = task["name"]
+        else:
+            raise ConfigError(f"Study key `task` must be a task name or a mapping with `name`, "
+                              f"but got {task!r}.")
+
+        space = data.get("space")
+        if not isinstance(space, (str, Mapping)):
+            raise ConfigError(f"Study key `space` must name a search space or hold one inline, "
+                              f"but got {space!r}.")
+
+        objectives = cls._objectives(data.get("objectives"))
+        constraints = _mapping(data.get("constraints"), "constraints")
+        _only(constraints, _CONSTRAINTS, "constraints")
+        constraints = {k: float(_number(v, f"constraints.{k}")) for k, v in constraints.items()}
+
+        sampler = _mapping(data.get("sampler") or {"name": "nsga2"}, "sampler")
+        if not isinstance(sampler.get("name"), str):
+            raise ConfigError("Study key `sampler` needs a `name`, e.g. {name: nsga2}.")
+
+        budget_d = _mapping(data.get("budget"), "budget")
+        _only(budget_d, ("trials", "timeout_minutes"), "budget")
+        if "trials" not in budget_d:
+            raise ConfigError("Study key `budget` needs `trials`, e.g. {trials: 12}.")
+        timeout = budget_d.get("timeout_minutes")
+        budget = Budget(
+            trials=_number(budget_d["trials"], "budget.trials", minimum=1, integer=True),
+            timeout_minutes=None if timeout is None else float(
+                _number(timeout, "budget.timeout_minutes")),
+        )
+
+        fid = _mapping(data.get("fidelity"), "fidelity")
+        _only(fid, ("epochs", "early_stopping", "grace_epochs", "reduction_factor"), "fidelity")
+        stopping = fid.get("early_stopping", "none")
+        if stopping is None or stopping is False:
+            stopping = "none"
+        if stopping not in ("none", "asha"):
+            raise ConfigError(f"Study key `fidelity.early_stopping` must be 'none' or 'asha', "
+                              f"but got {stopping!r}.")
+        fidelity = Fidelity(
+            epochs=_number(fid.get("epochs", 3), "fidelity.epochs", minimum=1, integer=True),
+            early_stopping=stopping,
+            grace_epochs=_number(fid.get("grace_epochs", 1), "fidelity.grace_epochs", minimum=1,
+                                 integer=True),
+            reduction_factor=_number(fid.get("reduction_factor", 2), "fidelity.reduction_factor",
+                                     minimum=2, integer=True),
+        )
+
+        res = _mapping(data.get("resources"), "resources")
+        _only(res, ("cpu", "gpu"), "resources")
+        resources = Resources(cpu=float(_number(res.get("cpu", 1), "resources.cpu")),
+                              gpu=float(_number(res.get("gpu", 0), "resources.gpu")))
+        if resources.cpu <= 0 and resources.gpu <= 0:
+            raise ConfigError("Study key `resources` must ask for some cpu or gpu per trial.")
+
+        train = _mapping(data.get("train"), "train")
+        for key in ("epochs", "seed"):
+            if key in train:
+                raise ConfigError(f"Study key `train.{key}` is set by the study itself: use "
+                                  f"`{'fidelity.epochs' if key == 'epochs' else 'seed'}`.")
+        enqueue = data.get("enqueue") or []
+        if not isinstance(enqueue, list):
+            raise ConfigError("Study key `enqueue` must be a list of presets, files or mappings.")
+        return cls(
+            name=study_name.strip(), task=task_name, task_options=task_options,
+            space=dict(space) if isinstance(space, Mapping) else space,
+            objectives=objectives, constraints=constraints, sampler=sampler, budget=budget,
+            fidelity=fidelity, resources=resources,
+            seed=_number(data.get("seed", 0), "seed", integer=True), train=train,
+            enqueue=tuple(enqueue), description=str(data.get("description") or ""),
+        )
+
+    @staticmethod
+    def _objectives(value: Any) -> tuple[Objective, ...]:
+        if value is None:
+            value = [{"name": "accuracy"}, {"name": "params"}, {"name": "madds"}]
+        if not isinstance(value, list) or not value:
+            raise ConfigError("Study key `objectives` must be a non-empty list of "
+                              "{name, direction}.")
+        out: list[Objective] = []
+        for item in value:
+            entry = {"name": item} if isinstance(item, str) else item
+            if not isinstance(entry, Mapping):
+                raise ConfigError(f"An objective must be {{name, direction}}, got {item!r}.")
+            _only(entry, ("name", "direction"), "objectives")
+            name = entry.get("name")
+            if name not in OBJECTIVES:
+                raise ConfigError(f"Unknown objective {name!r}; objectives are "
+                                  f"{list(OBJECTIVES)}.")
+            direction = entry.get("direction", OBJECTIVES[name])
+            if direction not in ("minimize", "maximize"):
+                raise ConfigError(f"Objective {name!r}: direction must be 'minimize' or "
+                                  f"'maximize', but got {direction!r}.")
+            if any(o.name == name for o in out):
+                raise ConfigError(f"Objective {name!r} is listed twice.")
+            out.append(Objective(name, direction))
+        return tuple(out)
+
+
+def load_study_spec(path: str | Path, *, name: str | None = None) -> StudySpec:
+    """Read and validate a study file; ``name`` overrides its ``name``."""
+    return StudySpec.from_dict(read_mapping(path, "study file"), name=name)
