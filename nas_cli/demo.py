@@ -1,23 +1,22 @@
 """``make demo``: the main job.
 
-Until the study engine lands (issue 4), the demo shows every preset with its exact cost and the
-cost of one searched-space point, computed on the meta device without training.
+Runs the shipped ``quickstart`` study (tiny ViTs on scikit-learn's digits, local Ray, the default
+SQLite database), then prints the Pareto front and the command that opens the dashboard on it.
+Each demo run is a new study named ``quickstart-<date>-<time>``, so it can be run repeatedly.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 
 from nas_cli.main import main as nas
 
 
 def main() -> int:
-    print("== nas presets: every preset's parameters and MAdds on its family's default task ==")
-    code = nas(["presets"])
-    if code:
-        return code
-    print("\n== nas cost lw-1x --set qk_multiplier=3 --set layer_sharing='(0x3,1x3)' ==")
-    return nas(["cost", "lw-1x", "--set", "qk_multiplier=3", "--set", "layer_sharing=(0x3,1x3)"])
+    name = time.strftime("quickstart-%Y%m%d-%H%M%S")
+    print(f"== nas run quickstart --name {name} ==", flush=True)
+    return nas(["run", "quickstart", "--name", name])
 
 
 if __name__ == "__main__":
