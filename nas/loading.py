@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,8 +13,12 @@ import yaml
 from nas.config import ArchConfig
 from nas.errors import ConfigError, NasError
 from nas.presets import PRESETS
+from nas.tasks import TaskGeometry
 
-__all__ = ["load_arch", "parse_overrides", "read_mapping"]
+__all__ = ["exported_geometry", "load_arch", "parse_overrides", "read_mapping"]
+
+# The top-level keys of a trial exported by `nas export --format yaml/json`.
+_EXPORT_KEYS = ("arch", "train", "task", "provenance")
 
 
 def read_mapping(path: str | Path, what: str = "file") -> dict[str, Any]:
@@ -26,14 +31,18 @@ def read_mapping(path: str | Path, what: str = "file") -> dict[str, Any]:
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         first = str(exc).strip().splitlines()[0]
-        raise ConfigError(f"{what} {str(p)!r} is not valid {p.suffix[1:] or 'YAML'}: {first}") from None
+        kind = p.suffix[1:] or "YAML"
+        raise ConfigError(f"{what} {str(p)!r} is not valid {kind}: {first}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{what} {str(p)!r} must hold a mapping, but holds {type(data).__name__}.")
+        raise ConfigError(
+            f"{what} {str(p)!r} must hold a mapping, but holds {type(data).__name__}."
+        )
     return data
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """Parse ``KEY=VALUE`` items; values are YAML (``true``, ``3``, ``null``, ``{encoder: "(0x6)"}``)."""
+    """Parse ``KEY=VALUE`` items; values are YAML (``true``, ``3``, ``null``,
+    ``{encoder: "(0x6)"}``)."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -46,12 +55,52 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def _architecture_section(data: dict[str, Any], path: str) -> dict[str, Any]:
+    """The flat architecture of a file: the file itself, or its ``arch`` mapping when the file is
+    a trial exported by ``nas export`` (``arch`` beside ``train``, ``task``, ``provenance``)."""
+    if "arch" not in data:
+        return data
+    extra = sorted(set(data) - set(_EXPORT_KEYS))
+    if extra:
+        raise ConfigError(
+            f"architecture file {path!r}: unknown key {extra[0]!r} beside `arch`; an exported "
+            f"trial holds only {list(_EXPORT_KEYS)}."
+        )
+    if not isinstance(data["arch"], dict):
+        raise ConfigError(f"architecture file {path!r}: `arch` must be a mapping of architecture "
+                          f"keys, but holds {type(data['arch']).__name__}.")
+    return dict(data["arch"])
+
+
+def exported_geometry(spec: str) -> TaskGeometry | None:
+    """The task geometry an exported trial file records (``task.geometry``), else ``None``.
+
+    ``nas cost FILE`` uses it when no ``--task`` is given, so that an exported trial reports the
+    costs it had in its study.
+    """
+    if spec in PRESETS or not spec.endswith((".yaml", ".yml", ".json")):
+        return None
+    data = read_mapping(spec, "architecture file")
+    task = data.get("task") if "arch" in data else None
+    geometry = task.get("geometry") if isinstance(task, dict) else None
+    if geometry is None:
+        return None
+    try:
+        return TaskGeometry(**geometry)
+    except TypeError:
+        raise ConfigError(f"architecture file {spec!r}: `task.geometry` is not a task geometry "
+                          f"(keys {[f.name for f in dataclasses.fields(TaskGeometry)]}).") from None
+
+
 def load_arch(spec: str, overrides: Sequence[str] | dict[str, Any] = ()) -> ArchConfig:
-    """A preset name or a path to a YAML/JSON architecture file, with overrides applied."""
+    """A preset name or a path to a YAML/JSON architecture file, with overrides applied.
+
+    The file holds the flat architecture keys, or is a trial exported by ``nas export``.
+    """
     if spec in PRESETS:
         data = dict(PRESETS[spec])
     elif spec.endswith((".yaml", ".yml", ".json")) or Path(spec).exists():
-        data = read_mapping(spec, "architecture file")
+        data = _architecture_section(read_mapping(spec, "architecture file"), spec)
     else:
         raise ConfigError(
             f"Unknown architecture {spec!r}: not a preset ({', '.join(sorted(PRESETS))}) "

@@ -47,10 +47,10 @@ def _cmd_presets(args: argparse.Namespace) -> int:
 
 def _cmd_cost(args: argparse.Namespace) -> int:
     from nas.cost import estimate_cost
-    from nas.loading import load_arch
+    from nas.loading import exported_geometry, load_arch
 
     config = load_arch(args.arch, args.set)
-    cost = estimate_cost(config, args.task)
+    cost = estimate_cost(config, args.task or exported_geometry(args.arch))
     if args.json:
         print(json.dumps(cost.to_dict()))
         return 0
@@ -272,6 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--storage", default=None, help=storage_help)
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(func=_cmd_pareto)
+
+    from nas_cli import export_cmd
+
+    export_cmd.register(sub)
     return parser
 
 

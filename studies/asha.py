@@ -49,7 +49,7 @@ class Rungs:
     def epochs(self) -> list[int]:
         if self.grace >= self.max_epochs:
             return []
-        count = int(math.floor(math.log(self.max_epochs / self.grace, self.eta) - 1e-9)) + 1
+        count = math.floor(math.log(self.max_epochs / self.grace, self.eta) - 1e-9) + 1
         return [self.grace * self.eta**i for i in range(count)
                 if self.grace * self.eta**i < self.max_epochs]
 

@@ -11,6 +11,7 @@ __all__ = [
     "hypervolume_history",
     "nondominated_mask",
     "nondominated_ranks",
+    "normalized_hypervolume",
     "to_minimization",
 ]
 
@@ -87,6 +88,14 @@ def _normalise(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     low, high = points.min(axis=0), points.max(axis=0)
     span = np.where(high > low, high - low, 1.0)
     return (points - low) / span, np.full(points.shape[1], 1.1)
+
+
+def normalized_hypervolume(values: Sequence[Sequence[float]], directions: Sequence[str]) -> float:
+    """The last point of :func:`hypervolume_history` (of all ``values``), computed once."""
+    if not len(values):
+        return 0.0
+    points, ref = _normalise(to_minimization(values, directions))
+    return hypervolume(points, ref)
 
 
 def hypervolume_history(values: Sequence[Sequence[float]], directions: Sequence[str]) -> list[

@@ -13,7 +13,7 @@ import optuna
 from optuna.trial import TrialState
 
 from studies.engine import counted_trials, load_existing
-from studies.pareto import hypervolume_history
+from studies.pareto import normalized_hypervolume
 from studies.storage import open_storage, session
 
 __all__ = ["list_studies", "pareto_trials", "study_status"]
@@ -42,7 +42,6 @@ def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
     for i, (n, d) in enumerate(zip(names, directions, strict=True)):
         vals = [t.values[i] for t in complete]
         best[n] = (max(vals) if d == "maximize" else min(vals)) if vals else None
-    hv = hypervolume_history([t.values for t in complete], directions)
     times = [t.datetime_complete or t.datetime_start for t in trials]
     last = max((x for x in times if x is not None), default=None)
     return {
@@ -51,7 +50,8 @@ def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
         "states": dict(states), "statuses": dict(statuses),
         "objectives": [{"name": n, "direction": d} for n, d in zip(names, directions,
                                                                     strict=True)],
-        "best": best, "hypervolume": hv[-1] if hv else 0.0,
+        "best": best,
+        "hypervolume": normalized_hypervolume([t.values for t in complete], directions),
         "last_activity": last.isoformat() if last else None,
     }
 

@@ -40,7 +40,8 @@ def make_sampler(spec: Mapping[str, Any], seed: int) -> optuna.samplers.BaseSamp
             raise ConfigError(
                 f"Unknown option {key!r} for sampler {name!r}; its options are {sorted(allowed)}."
             )
+    factory: Any = cls  # every sampler here takes a seed; BaseSampler's signature does not
     try:
-        return cls(seed=seed, **options)
+        return factory(seed=seed, **options)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"Sampler {name!r}: {exc}") from None

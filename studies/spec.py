@@ -2,14 +2,19 @@
 
 A study file (YAML) has the keys of the contract: ``name``, ``task``, ``space``, ``objectives``,
 ``constraints``, ``sampler``, ``budget``, ``fidelity``, ``resources``, ``seed``; and, documented
-here, ``train`` (fixed training settings) and ``enqueue`` (architectures to evaluate first: preset
-names, architecture files or inline mappings). Unknown keys are an error.
+here, ``train`` (fixed training settings), ``enqueue`` (architectures to evaluate first: preset
+names, architecture files or inline mappings) and ``evaluator`` (``"module:function"``: a training
+function with the signature of ``studies.worker.evaluate_trial`` that replaces the built-in
+trainer on the workers, e.g. a user's own training loop; its module must be importable by the
+driver and by every Ray worker, e.g. through ``PYTHONPATH``). Unknown keys are an error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +40,8 @@ OBJECTIVES: dict[str, Direction] = {
 }
 _CONSTRAINTS = ("params_max", "madds_max", "latency_ms_max", "params_min", "madds_min")
 _KEYS = ("name", "task", "space", "objectives", "constraints", "sampler", "budget", "fidelity",
-         "resources", "seed", "train", "enqueue", "description")
+         "resources", "seed", "train", "enqueue", "description", "evaluator")
+_EVALUATOR = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
 @dataclass(frozen=True)
@@ -89,10 +95,8 @@ def _only(data: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None
 
 def _number(value: Any, key: str, *, minimum: float = 0.0, integer: bool = False) -> Any:
     if isinstance(value, str):
-        try:
+        with contextlib.suppress(ValueError):
             value = float(value)
-        except ValueError:
-            pass
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"Study key `{key}` must be a number, but got {value!r}.")
     if integer:
@@ -122,6 +126,7 @@ class StudySpec:
     train: dict[str, Any] = field(default_factory=dict)
     enqueue: tuple[Any, ...] = ()
     description: str = ""
+    evaluator: str | None = None
 
     @property
     def directions(self) -> list[Direction]:
@@ -145,13 +150,16 @@ class StudySpec:
                          "reduction_factor": self.fidelity.reduction_factor},
             "resources": {"cpu": self.resources.cpu, "gpu": self.resources.gpu},
             "seed": self.seed, "train": dict(self.train), "enqueue": list(self.enqueue),
+            **({"evaluator": self.evaluator} if self.evaluator else {}),
         }
 
     def training_key(self) -> str:
         """Hash of everything besides the architecture that decides a trial's result."""
         blob = json.dumps({"task": {"name": self.task, **self.task_options},
                            "train": self.train, "epochs": self.fidelity.epochs,
-                           "seed": self.seed}, sort_keys=True, default=str)
+                           "seed": self.seed,
+                           **({"evaluator": self.evaluator} if self.evaluator else {})},
+                          sort_keys=True, default=str)
         return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
     # ------------------------------------------------------------------ parsing
@@ -233,6 +241,11 @@ class StudySpec:
         enqueue = data.get("enqueue") or []
         if not isinstance(enqueue, list):
             raise ConfigError("Study key `enqueue` must be a list of presets, files or mappings.")
+        evaluator = data.get("evaluator")
+        if evaluator is not None and not (isinstance(evaluator, str)
+                                          and _EVALUATOR.fullmatch(evaluator)):
+            raise ConfigError(f"Study key `evaluator` must be 'module:function' (e.g. "
+                              f"'my_trainer:evaluate'), but got {evaluator!r}.")
         return cls(
             name=study_name.strip(), task=task_name, task_options=task_options,
             space=dict(space) if isinstance(space, Mapping) else space,
@@ -240,6 +253,7 @@ class StudySpec:
             fidelity=fidelity, resources=resources,
             seed=_number(data.get("seed", 0), "seed", integer=True), train=train,
             enqueue=tuple(enqueue), description=str(data.get("description") or ""),
+            evaluator=evaluator,
         )
 
     @staticmethod
@@ -265,7 +279,7 @@ class StudySpec:
                                   f"'maximize', but got {direction!r}.")
             if any(o.name == name for o in out):
                 raise ConfigError(f"Objective {name!r} is listed twice.")
-            out.append(Objective(name, direction))
+            out.append(Objective(name, "minimize" if direction == "minimize" else "maximize"))
         return tuple(out)
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "read_epochs",
     "resolve_storage_url",
     "session",
+    "set_trial_user_attrs",
     "write_epoch",
 ]
 
@@ -124,6 +125,30 @@ def open_storage(url: str | None = None, *, create: bool = True) -> optuna.stora
 
 def _engine(storage: optuna.storages.RDBStorage) -> Engine:
     return storage.engine
+
+
+def set_trial_user_attrs(storage: optuna.storages.RDBStorage, trial_id: int,
+                         attrs: dict[str, Any]) -> None:
+    """Set several user attributes of one unfinished trial in one transaction.
+
+    Optuna's public ``set_trial_user_attr`` commits once per attribute; the engine writes about
+    five per trial, so it uses the storage's own per-attribute step inside one session, and
+    falls back to the public call where an Optuna version lacks that step.
+    """
+    if not attrs:
+        return
+    with session(storage.url):
+        setter = getattr(storage, "_set_trial_attr_without_commit", None)
+        if setter is None:
+            for key, value in attrs.items():
+                storage.set_trial_user_attr(trial_id, key, value)
+            return
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        with _create_scoped_session(storage.scoped_session, True) as db:
+            for key, value in attrs.items():
+                setter(db, models.TrialUserAttributeModel, trial_id, key, value)
 
 
 def write_epoch(storage: optuna.storages.RDBStorage, study_name: str, trial_number: int,

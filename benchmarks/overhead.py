@@ -1,0 +1,148 @@
+"""Engine overhead per trial against plain Optuna, on a trivial objective, side by side.
+
+    python benchmarks/overhead.py [--trials 50] [--repeats 2]
+
+Both sides run the same multi-objective study on SQLite (a fresh file each): the same search
+space (``quickstart``), the same sampler (random, seeded), the same number of trials, and an
+objective that returns at once. Plain Optuna calls ``study.optimize`` with an objective that
+draws the architecture from the space and returns made-up values. The engine runs ``run_study``
+with an evaluator that returns at once on its Ray workers, so what it measures is the engine's
+own work per trial: asking Optuna, building the architecture on the meta device for its cost,
+the constraint and reuse checks, the trial's attributes, the round trip to a reused Ray actor,
+and telling Optuna the result. Ray is started once, before the timed runs (a study's own start,
+its actor pool, is inside them). The printed ratio is engine seconds per trial over Optuna's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import sqlite3
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from nas.cost import estimate_cost
+from nas.tasks import TaskGeometry
+from search_spaces import load_space
+from studies import StudySpec, create_study, run_study
+
+GEOMETRY = TaskGeometry("digits", "image", 10, image_size=32, in_chans=1)
+
+
+def _value(arch: dict[str, Any]) -> float:
+    return hashlib.sha1(json.dumps(arch, sort_keys=True).encode()).digest()[0] / 256
+
+
+def noop(arch: dict[str, Any], settings: dict[str, Any], task: str,
+         task_options: dict[str, Any], *, latency: bool = False, report: Any = None,
+         ) -> dict[str, Any]:
+    """The trivial evaluator (runs on a Ray worker; pickled by value from ``__main__``)."""
+    return {"status": "completed", "value": _value(arch), "epochs": [], "seconds": 0.0}
+
+
+def _spec(name: str, trials: int) -> StudySpec:
+    return StudySpec.from_dict({
+        "name": name, "task": "digits", "space": "quickstart",
+        "objectives": [{"name": "accuracy"}, {"name": "params"}],
+        "sampler": {"name": "random"}, "budget": {"trials": trials},
+        "fidelity": {"epochs": 1}, "resources": {"cpu": 1}, "seed": 0,
+    })
+
+
+def _steady(study: optuna.Study) -> float:
+    """Seconds per trial between the first and the last trial's completion (what a trial costs
+    once everything is started)."""
+    done = sorted(t.datetime_complete for t in study.trials if t.datetime_complete)
+    return (done[-1] - done[0]).total_seconds() / (len(done) - 1)
+
+
+def plain_optuna(url: str, trials: int, *, wal: bool = False) -> tuple[float, float]:
+    """Seconds per trial of ``study.optimize`` on the trivial objective, whole and steady
+    (``wal``: on a SQLite file in write-ahead-log mode, as the engine's storage opens it)."""
+    space = load_space("quickstart")
+    if wal:
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        config, _ = space.suggest(trial)
+        return _value(config.to_dict()), float(len(trial.params))
+
+    study = optuna.create_study(storage=url, study_name="plain", sampler=optuna.samplers.
+                                RandomSampler(seed=0), directions=["maximize", "minimize"])
+    start = time.perf_counter()
+    study.optimize(objective, n_trials=trials)
+    return (time.perf_counter() - start) / trials, _steady(study)
+
+
+def engine(url: str, trials: int, name: str) -> tuple[float, float]:
+    """Seconds per trial of ``run_study`` with the trivial evaluator, whole and steady."""
+    run = create_study(_spec(name, trials), url, geometry=GEOMETRY)
+    start = time.perf_counter()
+    run_study(run, evaluator=noop, progress=False)
+    return (time.perf_counter() - start) / trials, _steady(run.study)
+
+
+def cost_only(trials: int) -> float:
+    """Seconds per architecture of the cost model alone (part of the engine's work)."""
+    space = load_space("quickstart")
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    configs = []
+    for _ in range(trials):
+        trial = study.ask()
+        configs.append(space.suggest(trial)[0])
+        study.tell(trial, 0.0)
+    start = time.perf_counter()
+    for config in configs:
+        estimate_cost(config, GEOMETRY)
+    return (time.perf_counter() - start) / trials
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved runs of each side")
+    args = parser.parse_args()
+
+    import ray
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False, num_cpus=2)
+    cost_only(2)  # imports (timm, the model families) outside the timed runs
+    plain, wal, ours = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.repeats):
+            db = Path(tmp)
+            plain.append(plain_optuna(f"sqlite:///{db / f'plain{i}.db'}", args.trials))
+            wal.append(plain_optuna(f"sqlite:///{db / f'wal{i}.db'}", args.trials, wal=True))
+            ours.append(engine(f"sqlite:///{db / f'nas{i}.db'}", args.trials, f"nas{i}"))
+    ray.shutdown()
+    print(f"{args.trials} trials, median of {args.repeats} interleaved runs, SQLite; ms per trial "
+          "over the whole run, and steady (first to last completion, pool started)")
+    rows = {"plain optuna study.optimize": plain, "plain optuna, SQLite in WAL mode": wal,
+            "nas engine run_study (Ray, WAL)": ours}
+    whole = {k: statistics.median(v[0] for v in runs) for k, runs in rows.items()}
+    steady = {k: statistics.median(v[1] for v in runs) for k, runs in rows.items()}
+    for k, runs in rows.items():
+        print(f"{k:<34}: whole {whole[k] * 1e3:7.1f}  steady {steady[k] * 1e3:7.1f}  "
+              f"(runs {_ms([r[0] for r in runs])})")
+    print(f"{'  of which meta-device costs':<34}: {cost_only(args.trials) * 1e3:7.1f}")
+    ours_k = "nas engine run_study (Ray, WAL)"
+    for k in list(rows)[:2]:
+        print(f"ratio engine / {k[:19]:<19}: whole {whole[ours_k] / whole[k]:5.2f}  "
+              f"steady {steady[ours_k] / steady[k]:5.2f}")
+
+
+def _ms(values: list[float]) -> str:
+    return ", ".join(f"{v * 1e3:.1f}" for v in values)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,407 @@
+"""The Dash app: ``create_app(storage_url)``, routing with ``dcc.Location``, live refresh.
+
+Pages: ``/`` (studies), ``/study/<name>`` and ``/study/<name>/trial/<number>`` (names
+percent-encoded). Callbacks are registered on the app instance, never on Dash's global
+registry, so two apps (tests) never share them. Live refresh: a ``dcc.Interval`` asks for the
+study's fingerprint (one cheap query); only when it changed does the study's store change and
+its figures recompute, from one load of the study shared by every view (cached per version).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import threading
+import urllib.parse
+import zipfile
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import dash
+import numpy as np
+import pandas as pd
+from dash import ALL, Input, Output, State, ctx, dcc, no_update
+from sqlalchemy.engine import make_url
+
+from dashboard import figures, layout
+from dashboard.analysis import StudyView, filter_trials, final_hypervolume, sort_trials
+from dashboard.data import (
+    fingerprint,
+    list_studies,
+    load_study,
+    load_trial,
+    open_readonly,
+    readonly_optuna_storage,
+    study_info,
+    study_names,
+)
+from dashboard.data import StudyInfo as _Info
+from nas.errors import NasError
+from studies.storage import resolve_storage_url
+
+__all__ = ["create_app"]
+
+_CACHED_STUDIES = 6
+
+
+class _Reader:
+    """The app's access to the database: the read-only engine and a small cache of loaded
+    studies keyed by (study, fingerprint), each loaded once however many views ask at once."""
+
+    def __init__(self, storage_url: str) -> None:
+        self.url = resolve_storage_url(storage_url)
+        self.engine = open_readonly(self.url)
+        self._views: OrderedDict[tuple[int, str], StudyView] = OrderedDict()
+        self._locks: dict[tuple[int, str], threading.Lock] = {}
+        self._guard = threading.Lock()
+        self._volumes: dict[tuple[int, int, float], float] = {}
+        self._export_storage: Any = None
+
+    @property
+    def label(self) -> str:
+        return make_url(self.url).render_as_string(hide_password=True)
+
+    def info(self, name: str) -> _Info:
+        return study_info(self.engine, name)
+
+    def version(self, info: _Info) -> str:
+        return fingerprint(self.engine, info.study_id, info.name)
+
+    def view(self, name: str, version: str | None = None) -> StudyView:
+        """The study as of ``version`` (loaded now if not cached; the current one if None)."""
+        info = self.info(name)
+        version = version or self.version(info)
+        key = (info.study_id, version)
+        with self._guard:
+            if key in self._views:
+                self._views.move_to_end(key)
+                return self._views[key]
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:  # the first caller loads; the others wait for its result
+            with self._guard:
+                if key in self._views:
+                    return self._views[key]
+            view = StudyView(load_study(self.engine, info, version))
+            with self._guard:
+                self._views[key] = view
+                self._locks.pop(key, None)
+                while len(self._views) > _CACHED_STUDIES:
+                    self._views.popitem(last=False)
+        return view
+
+    def studies(self) -> list[dict[str, Any]]:
+        """The studies page's rows."""
+        infos, frame = list_studies(self.engine)
+        values = frame.attrs["values"]
+        rows = []
+        for info, row in zip(infos, frame.to_dict("records"), strict=True):
+            mine = values[values.study_id == info.study_id]
+            wide = mine.pivot_table(index="number", columns="objective", values="value")
+            wide = wide.reindex(columns=range(len(info.objectives))).dropna()
+            matrix = wide.to_numpy(dtype=float)
+            key = (info.study_id, len(matrix), float(wide.index.to_numpy().sum()))
+            if key not in self._volumes:
+                self._volumes[key] = final_hypervolume(matrix, info.directions)
+            best = {}
+            for i, (name, direction) in enumerate(zip(info.objectives, info.directions,
+                                                      strict=True)):
+                column = matrix[:, i] if len(matrix) else np.array([])
+                best[name] = (None if not len(column) else
+                              float(column.max() if direction == "maximize" else column.min()))
+            rows.append({**row, "best": best, "hypervolume": self._volumes[key]})
+        return rows
+
+    def export_storage(self) -> Any:
+        """An Optuna storage on the read-only connection, for ``studies.export``."""
+        if self._export_storage is None:
+            self._export_storage = readonly_optuna_storage(self.url)
+        return self._export_storage
+
+
+def create_app(storage_url: str | None = None, *, refresh_seconds: float = 5.0) -> dash.Dash:
+    """The dashboard over the study database at ``storage_url`` (resolved as ``--storage``).
+
+    The database is only read. Raises ``StorageError`` (a ``NasError``) when it cannot be.
+    """
+    reader = _Reader(storage_url)  # type: ignore[arg-type]
+    import studies.export  # noqa: F401  (imported now, not on the first page: it loads timm)
+    app = dash.Dash(__name__, title="nas dashboard", update_title=None,
+                    suppress_callback_exceptions=True)
+    refresh_ms = int(refresh_seconds * 1000)
+    app.layout = layout.shell(reader.label, refresh_ms)
+    _register_pages(app, reader, refresh_ms)
+    _register_study(app, reader)
+    _register_downloads(app, reader)
+    return app
+
+
+def _parse(pathname: str | None) -> list[str]:
+    parts = [p for p in (pathname or "/").split("/") if p]
+    return [urllib.parse.unquote(p) for p in parts]
+
+
+def _formats(family: str | None) -> list[str]:
+    from studies.export import formats_for
+
+    return formats_for(family) if family else []
+
+
+def _family(info: _Info) -> str | None:
+    space = info.attrs.get("nas.space") or {}
+    base = space.get("base") if isinstance(space, dict) else None
+    if isinstance(base, dict):
+        return base.get("family")
+    if isinstance(base, str):
+        from nas.presets import get_preset
+
+        try:
+            return get_preset(base).family
+        except NasError:
+            return None
+    return None
+
+
+def _guarded(fallback: Callable[[str], Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Turn a ``NasError`` (unknown study, database gone) into ``fallback(message)``."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def inner(*args: Any) -> Any:
+            try:
+                return fn(*args)
+            except NasError as exc:
+                return fallback(str(exc))
+
+        inner.__name__ = fn.__name__
+        return inner
+
+    return wrap
+
+
+def _register_pages(app: dash.Dash, reader: _Reader, refresh_ms: int) -> None:
+    @app.callback(Output(layout.PAGE, "children"), Input(layout.URL, "pathname"))
+    @_guarded(layout.page_not_found)
+    def route(pathname: str | None) -> Any:
+        parts = _parse(pathname)
+        if not parts:
+            return layout.studies_page(refresh_ms)
+        if parts[0] == "study" and len(parts) == 2:
+            info = reader.info(parts[1])
+            version = reader.version(info)
+            view = reader.view(info.name, version)
+            others = [n for n in study_names(reader.engine) if n != info.name]
+            return layout.study_page(info, view.data, version, others=others,
+                                     formats=_formats(_family(info)), refresh_ms=refresh_ms)
+        if parts[0] == "study" and len(parts) == 4 and parts[2] == "trial":
+            if not re.fullmatch(r"\d+", parts[3]):
+                return layout.page_not_found(f"{parts[3]!r} is not a trial number.")
+            info = reader.info(parts[1])
+            trial = load_trial(reader.engine, info, int(parts[3]))
+            return layout.trial_page(info.name, trial["number"], trial["state"] == "running",
+                                     refresh_ms)
+        return layout.page_not_found(f"No page at {pathname!r}.")
+
+    @app.callback(Output(layout.STUDIES_TABLE, "children"),
+                  Input(layout.STUDIES_TICK, "n_intervals"))
+    @_guarded(lambda message: message)
+    def studies(_tick: int | None) -> Any:
+        return layout.studies_table(reader.studies())
+
+    @app.callback(Output(layout.TRIAL_BODY, "children"), Output(layout.TRIAL_TICK, "disabled"),
+                  Input(layout.TRIAL_TICK, "n_intervals"), State(layout.TRIAL, "data"))
+    @_guarded(lambda message: (message, True))
+    def trial(_tick: int | None, store: dict[str, Any]) -> Any:
+        info = reader.info(store["name"])
+        trial = load_trial(reader.engine, info, int(store["number"]))
+        body = layout.trial_body(info.name, trial, _formats((trial.get("arch") or {}).get(
+            "family")), figures.cost_parts(trial.get("cost")),
+            figures.epoch_curves(trial["epochs"], trial["intermediate"]))
+        return body, trial["state"] != "running"
+
+
+def _register_study(app: dash.Dash, reader: _Reader) -> None:
+    store = Input(layout.STUDY, "data")
+
+    def view(data: dict[str, Any]) -> StudyView:
+        return reader.view(data["name"], data.get("version"))
+
+    @app.callback(Output(layout.STUDY, "data"), Input(layout.STUDY_TICK, "n_intervals"),
+                  State(layout.STUDY, "data"), prevent_initial_call=True)
+    @_guarded(lambda message: no_update)
+    def refresh(_tick: int | None, data: dict[str, Any]) -> Any:
+        version = reader.version(reader.info(data["name"]))
+        return no_update if version == data.get("version") else {**data, "version": version}
+
+    @app.callback(Output(layout.SUMMARY, "children"), store)
+    @_guarded(lambda message: message)
+    def summary(data: dict[str, Any]) -> Any:
+        v = view(data)
+        return layout.study_summary(v.data.info, v.counts, v.best, v.hypervolume,
+                                    v.last_activity)
+
+    @app.callback(Output(layout.PARETO_2D, "figure"), store, Input(layout.PARETO_X, "value"),
+                  Input(layout.PARETO_Y, "value"))
+    @_guarded(figures.empty)
+    def pareto_2d(data: dict[str, Any], x: str, y: str) -> Any:
+        v = view(data)
+        return figures.pareto_2d(v.data, x, y, v.front)
+
+    @app.callback(Output(layout.PARETO_3D, "figure"), store)
+    @_guarded(figures.empty)
+    def pareto_3d(data: dict[str, Any]) -> Any:
+        v = view(data)
+        return figures.pareto_3d(v.data, v.front)
+
+    @app.callback(Output(layout.HYPERVOLUME, "figure"), store)
+    @_guarded(figures.empty)
+    def hypervolume(data: dict[str, Any]) -> Any:
+        return figures.hypervolume_history(*view(data).curve)
+
+    @app.callback(Output(layout.PARCOORDS, "figure"), store)
+    @_guarded(figures.empty)
+    def parcoords(data: dict[str, Any]) -> Any:
+        return figures.parallel_coordinates(view(data).data)
+
+    @app.callback(Output(layout.IMPORTANCE, "figure"), store)
+    @_guarded(figures.empty)
+    def importance(data: dict[str, Any]) -> Any:
+        return figures.importance(view(data).importances)
+
+    @app.callback(Output(layout.EFFECT, "figure"), store, Input(layout.EFFECT_KNOB, "value"),
+                  Input(layout.EFFECT_OBJECTIVE, "value"))
+    @_guarded(figures.empty)
+    def effect(data: dict[str, Any], knob: str, objective: str) -> Any:
+        return figures.knob_effect(view(data).data, knob, objective)
+
+    @app.callback(Output(layout.COMPARE, "figure"), store, Input(layout.COMPARE_WITH, "value"),
+                  Input(layout.PARETO_X, "value"), Input(layout.PARETO_Y, "value"))
+    @_guarded(figures.empty)
+    def compare(data: dict[str, Any], other: str | None, x: str, y: str) -> Any:
+        if not other:
+            return figures.empty("Choose a study to compare with.")
+        return figures.compare_fronts([view(data).data, reader.view(other).data], x, y)
+
+    @app.callback(Output(layout.TABLE, "data"), Output(layout.TABLE, "page_count"), store,
+                  Input(layout.TABLE, "page_current"), Input(layout.TABLE, "page_size"),
+                  Input(layout.TABLE, "sort_by"), Input(layout.TABLE, "filter_query"))
+    @_guarded(lambda message: ([], 0))
+    def table(data: dict[str, Any], page: int | None, size: int | None,
+              sort_by: list[dict[str, str]] | None, query: str | None) -> Any:
+        v = view(data)
+        rows = sort_trials(filter_trials(v.table, query), sort_by)
+        size = size or layout.PAGE_SIZE
+        page = page or 0
+        shown = rows.iloc[page * size:(page + 1) * size]
+        return _records(shown, v.data.info.name), max(1, -(-len(rows) // size))
+
+    @app.callback(Output(layout.URL, "pathname", allow_duplicate=True),
+                  Input(layout.PARETO_2D, "clickData"), Input(layout.PARETO_3D, "clickData"),
+                  Input(layout.HYPERVOLUME, "clickData"), Input(layout.EFFECT, "clickData"),
+                  State(layout.STUDY, "data"), prevent_initial_call=True)
+    def open_trial(*args: Any) -> Any:
+        data = args[-1]
+        clicked = ctx.triggered[0]["value"] if ctx.triggered else None
+        points = (clicked or {}).get("points") or []
+        number = points[0].get("customdata") if points else None
+        if isinstance(number, list):
+            number = number[0] if number else None
+        if number is None or not data:
+            return no_update
+        return layout.trial_href(data["name"], int(number))
+
+
+def _cell(value: Any) -> Any:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (pd.Timestamp,)):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        return int(value) if float(value).is_integer() else float(f"{float(value):.6g}")
+    return str(value)
+
+
+def _records(rows: pd.DataFrame, name: str) -> list[dict[str, Any]]:
+    out = []
+    for record in rows.to_dict("records"):
+        cells = {k: _cell(v) for k, v in record.items()}
+        number = int(record["number"])
+        cells["number"] = f"[{number}]({layout.trial_href(name, number)})"
+        out.append(cells)
+    return out
+
+
+def _csv_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """Text cells that a spreadsheet would run as a formula get a leading apostrophe."""
+    df = df.copy()
+    for column in df.columns:
+        if df[column].dtype == object:
+            df[column] = [("'" + v) if isinstance(v, str) and v[:1] in ("=", "+", "@", "\t", "\r")
+                          else v for v in df[column]]
+    return df
+
+
+def _filename(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "study"
+
+
+def _register_downloads(app: dash.Dash, reader: _Reader) -> None:
+    @app.callback(Output(layout.CSV_DOWNLOAD, "data"), Input(layout.CSV_BUTTON, "n_clicks"),
+                  State(layout.STUDY, "data"), State(layout.TABLE, "sort_by"),
+                  State(layout.TABLE, "filter_query"), prevent_initial_call=True)
+    def csv(clicks: int | None, data: dict[str, Any], sort_by: Any, query: str | None) -> Any:
+        if not clicks:
+            return no_update
+        v = reader.view(data["name"], data.get("version"))
+        rows = sort_trials(filter_trials(v.table, query), sort_by)
+        return dcc.send_string(_csv_safe(rows).to_csv(index=False),
+                               f"{_filename(data['name'])}-trials.csv")
+
+    @app.callback(Output(layout.TRIAL_DOWNLOAD, "data"), Output(layout.TRIAL_MESSAGE, "children"),
+                  Input({"type": layout.EXPORT, "format": ALL}, "n_clicks"),
+                  State(layout.TRIAL, "data"), prevent_initial_call=True)
+    def export_trial(clicks: list[int | None], data: dict[str, Any]) -> Any:
+        if not any(clicks) or not isinstance(ctx.triggered_id, dict):
+            return no_update, no_update
+        from studies.export import FORMATS, trial_record
+
+        fmt = ctx.triggered_id["format"]
+        try:
+            record = trial_record(data["name"], int(data["number"]),
+                                  reader.export_storage())
+            form = FORMATS[fmt]
+            form.check(record)
+            text = form.render(record)
+        except NasError as exc:
+            return no_update, str(exc)
+        filename = form.path(record.number).replace("/", "-")
+        return dcc.send_string(text, filename), f"Downloaded {filename}."
+
+    @app.callback(Output(layout.PARETO_DOWNLOAD, "data"),
+                  Output(layout.PARETO_MESSAGE, "children"),
+                  Input(layout.PARETO_BUTTON, "n_clicks"), State(layout.PARETO_FORMAT, "value"),
+                  State(layout.STUDY, "data"), prevent_initial_call=True)
+    def export_pareto(clicks: int | None, fmt: str | None, data: dict[str, Any]) -> Any:
+        if not clicks or not fmt:
+            return no_update, no_update
+        from studies.export import FORMATS, INDEX, pareto_index, pareto_records
+
+        try:
+            form = FORMATS[fmt]
+            records = pareto_records(data["name"], reader.export_storage())
+            for record in records:
+                form.check(record)
+            files = {form.path(r.number): form.render(r) for r in records}
+        except NasError as exc:
+            return no_update, str(exc)
+        files[INDEX] = pareto_index(records, form)
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+            for path, text in files.items():
+                archive.writestr(path, text)
+        filename = f"{_filename(data['name'])}-pareto-{fmt}.zip"
+        return (dcc.send_bytes(buffer.getvalue(), filename),
+                f"Downloaded {len(records)} trials as {filename}.")

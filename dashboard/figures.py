@@ -1,0 +1,400 @@
+"""Plotly figures of the dashboard: pure functions from data to a new ``go.Figure`` each call.
+
+Plotly renders a few HTML tags inside figure text, so every user-provided string (study names,
+parameter values, failure reasons) goes through :func:`text` (HTML-escaped) before it reaches a
+title, a legend or a hover label. Every trace's ``customdata`` holds trial numbers: clicking a
+point opens that trial.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from dashboard.analysis import front_mask, knob_groups
+from dashboard.data import StudyData
+
+__all__ = [
+    "COLORS",
+    "WEBGL_FROM",
+    "compare_fronts",
+    "cost_parts",
+    "empty",
+    "epoch_curves",
+    "hypervolume_history",
+    "importance",
+    "knob_effect",
+    "parallel_coordinates",
+    "pareto_2d",
+    "pareto_3d",
+    "text",
+]
+
+#: From this many points on, scatter plots draw with WebGL (SVG slows down past a few thousand).
+WEBGL_FROM = 2000
+COLORS = {"front": "#1f77b4", "dominated": "rgba(127,127,127,0.3)", "rejected": "#d62728",
+          "other": "#ff7f0e"}
+_LAYOUT: dict[str, Any] = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 40,
+                                                                  "b": 50},
+                           "legend": {"orientation": "h", "y": -0.2}, "hovermode": "closest"}
+
+
+def text(value: Any) -> str:
+    """``value`` as text that plotly shows literally (its HTML subset escaped)."""
+    return html.escape(str(value), quote=False)
+
+
+def _figure(**layout: Any) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(**{**_LAYOUT, **layout})
+    return fig
+
+
+def empty(message: str) -> go.Figure:
+    """A blank figure that says why it is blank."""
+    fig = _figure(xaxis={"visible": False}, yaxis={"visible": False})
+    fig.add_annotation(text=text(message), showarrow=False, font={"size": 14},
+                       xref="paper", yref="paper", x=0.5, y=0.5)
+    return fig
+
+
+def _label(name: str, directions: Mapping[str, str]) -> str:
+    arrow = {"maximize": " (higher is better)", "minimize": " (lower is better)"}
+    return text(name) + arrow.get(directions.get(name, ""), "")
+
+
+def _number(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, np.integer)) or (isinstance(value, float) and value.is_integer()
+                                                and abs(value) >= 1000):
+        return f"{int(value):,}"
+    if isinstance(value, (float, np.floating)):
+        return f"{value:.4g}"
+    return text(value)
+
+
+def _column_text(column: pd.Series) -> np.ndarray:
+    """A column as short escaped display strings ("-" where missing), formatting each distinct
+    value once."""
+    values = column.to_numpy(dtype=object)
+    out = np.empty(len(values), dtype=object)
+    cache: dict[Any, str] = {}
+    for i, v in enumerate(values):
+        key = (type(v), v) if not (isinstance(v, float) and math.isnan(v)) else "nan"
+        try:
+            out[i] = cache[key]
+        except KeyError:
+            out[i] = cache[key] = _number(v)
+        except TypeError:  # an unhashable value
+            out[i] = _number(v)
+    return out
+
+
+def _hover(df: pd.DataFrame, data: StudyData, header: str) -> tuple[np.ndarray, str]:
+    """Per-point ``customdata`` (trial number first, then status and reason, objective values
+    and knobs, as escaped text) and the ``hovertemplate`` that shows it: the names appear once
+    in the template instead of once per point."""
+    columns = [c for c in data.objectives if c in df] + list(data.knobs)
+    status = [text(s) + (f": {text(r[:120])}" if isinstance(r, str) and r else "")
+              for s, r in zip(df.status, df.reason, strict=True)]
+    parts = [df.number.to_numpy(dtype=object), np.array(status, dtype=object)]
+    parts += [_column_text(df[c]) for c in columns]
+    customdata = np.stack(parts, axis=1) if len(df) else np.empty((0, len(parts)), dtype=object)
+    lines = [f"<b>trial %{{customdata[0]}}</b> {header}%{{customdata[1]}}"]
+    lines += [f"{text(c)} = %{{customdata[{i + 2}]}}" for i, c in enumerate(columns)]
+    return customdata, "<br>".join(lines) + "<extra></extra>"
+
+
+def _axis_values(df: pd.DataFrame, name: str) -> pd.Series:
+    """An objective's values, or for ``params`` / ``madds`` the stored cost where the trial has
+    no objective value (rejected trials were never trained, but were costed)."""
+    cost = f"cost_{name}"
+    if name in df and cost in df:
+        return df[name].where(df[name].notna(), df[cost])
+    if name in df:
+        return df[name]
+    return df[cost] if cost in df else pd.Series(np.nan, index=df.index)
+
+
+def _worst(values: pd.Series, direction: str) -> float:
+    return float(values.min() if direction == "maximize" else values.max())
+
+
+def _points(df: pd.DataFrame, axes: Sequence[str], directions: Mapping[str, str],
+            known: pd.DataFrame) -> list[np.ndarray]:
+    """Coordinates of ``df`` on ``axes``; a value a rejected trial lacks (it never trained)
+    sits at the worst value the completed trials reached, where the marker says "not trained"."""
+    out = []
+    for axis in axes:
+        values = _axis_values(df, axis).astype(float)
+        if values.isna().any():
+            reference = _axis_values(known, axis).astype(float).dropna()
+            fill = _worst(reference, directions.get(axis, "minimize")) if len(reference) else 0.0
+            values = values.fillna(fill)
+        out.append(values.to_numpy())
+    return out
+
+
+def _scatter_groups(data: StudyData, front: np.ndarray) -> list[tuple[str, pd.DataFrame, dict]]:
+    complete = data.complete()
+    rejected = data.trials[data.trials.status == "rejected"]
+    n_front = int(front.sum())
+    return [
+        (f"dominated ({len(complete) - n_front})", complete[~front],
+         {"color": COLORS["dominated"], "size": 6}),
+        (f"Pareto-optimal ({n_front})", complete[front],
+         {"color": COLORS["front"], "size": 10, "line": {"width": 1, "color": "white"}}),
+        (f"rejected by a constraint ({len(rejected)})", rejected,
+         {"color": COLORS["rejected"], "size": 7, "symbol": "x"}),
+    ]
+
+
+def _log_axis(values: np.ndarray) -> bool:
+    finite = values[np.isfinite(values) & (values > 0)]
+    return len(finite) > 1 and bool(finite.min() > 0) and finite.max() / finite.min() > 30
+
+
+def pareto_2d(data: StudyData, x: str, y: str, front: np.ndarray) -> go.Figure:
+    """Completed trials on objectives ``x`` and ``y``: the study's Pareto-optimal trials (over
+    all its objectives, ``front`` a mask over ``data.complete()``) in colour, dominated ones
+    faded, constraint-rejected ones as crosses (at their cost; on an axis they have no value for,
+    at the worst value reached), and the constraint limits as dashed lines."""
+    complete = data.complete()
+    if complete.empty and not (data.trials.status == "rejected").any():
+        return empty("No completed trials yet.")
+    directions = dict(zip(data.objectives, data.info.directions, strict=True))
+    scatter = go.Scattergl if len(data.trials) >= WEBGL_FROM else go.Scatter
+    fig = _figure(xaxis_title=_label(x, directions), yaxis_title=_label(y, directions),
+                  uirevision=f"{x}/{y}")
+    all_x: list[np.ndarray] = []
+    all_y: list[np.ndarray] = []
+    for name, df, marker in _scatter_groups(data, front):
+        px, py = _points(df, (x, y), directions, complete)
+        all_x.append(px)
+        all_y.append(py)
+        customdata, template = _hover(df, data, "not trained: " if "rejected" in name else "")
+        fig.add_trace(scatter(x=px, y=py, mode="markers", name=name, marker=marker,
+                              customdata=customdata, hovertemplate=template))
+    for axis, values, add in (("x", all_x, fig.add_vline), ("y", all_y, fig.add_hline)):
+        name = x if axis == "x" else y
+        limit = data.info.constraints.get(f"{name}_max")
+        if limit is not None:
+            add(limit, line_dash="dash", line_color=COLORS["rejected"],
+                annotation_text=text(f"{name}_max"))
+        if _log_axis(np.concatenate(values) if values else np.array([])):
+            fig.update_layout({f"{axis}axis_type": "log"})
+    return fig
+
+
+def pareto_3d(data: StudyData, front: np.ndarray) -> go.Figure:
+    """The trials in 3-D: accuracy (the first objective that is not a cost) x params x MAdds
+    (stored costs where they are not objectives); styles as :func:`pareto_2d`."""
+    complete = data.complete()
+    if complete.empty:
+        return empty("No completed trials yet.")
+    first = next((o for o in data.objectives if o not in ("params", "madds")), None)
+    axes = [a for a in (first, "params", "madds") if a is not None]
+    if len(axes) < 3:
+        return empty("The 3-D view needs accuracy, params and MAdds.")
+    directions = {**dict.fromkeys(("params", "madds"), "minimize"),
+                  **dict(zip(data.objectives, data.info.directions, strict=True))}
+    fig = _figure(margin={"l": 0, "r": 0, "t": 30, "b": 0}, uirevision="3d",
+                  scene={"xaxis_title": text(axes[0]), "yaxis_title": text(axes[1]),
+                         "zaxis_title": text(axes[2])})
+    for name, df, marker in _scatter_groups(data, front):
+        px, py, pz = _points(df, axes, directions, complete)
+        customdata, template = _hover(df, data, "not trained: " if "rejected" in name else "")
+        fig.add_trace(go.Scatter3d(
+            x=px, y=py, z=pz, mode="markers", name=name,
+            marker={**marker, "size": max(2, marker["size"] // 2)},
+            customdata=customdata, hovertemplate=template))
+    return fig
+
+
+def hypervolume_history(numbers: Sequence[int], volumes: Sequence[float]) -> go.Figure:
+    """Hypervolume of the completed trials so far (objectives scaled to [0, 1], reference point
+    1.1, as ``nas status``) against the trial number."""
+    if not len(numbers):
+        return empty("No completed trials yet.")
+    fig = _figure(xaxis_title="trial", yaxis_title="hypervolume", showlegend=False)
+    fig.add_trace(go.Scatter(x=list(numbers), y=list(volumes), mode="lines+markers",
+                             line_shape="hv", customdata=list(numbers),
+                             hovertemplate="trial %{x}<br>hypervolume %{y:.4f}<extra></extra>",
+                             marker={"size": 4}))
+    return fig
+
+
+def _codes(column: pd.Series) -> tuple[np.ndarray, list[int], list[str]]:
+    groups = knob_groups(column)
+    labels = sorted(groups.unique(), key=_natural)
+    index = {label: i for i, label in enumerate(labels)}
+    return (groups.map(index).to_numpy(dtype=float), list(range(len(labels))),
+            [text(label) for label in labels])
+
+
+def _natural(label: str) -> tuple[int, float, str]:
+    try:
+        return (0, float(label), label)
+    except ValueError:
+        return (1 if label != "not drawn" else 2, 0.0, label)
+
+
+def parallel_coordinates(data: StudyData) -> go.Figure:
+    """One line per completed trial across every knob and objective, coloured by the first
+    objective. Categorical knobs (and knobs not drawn in a trial) become labelled levels."""
+    complete = data.complete()
+    if complete.empty:
+        return empty("No completed trials yet.")
+    dims = []
+    for knob in data.knobs:
+        column = complete[knob]
+        numeric = pd.to_numeric(column, errors="coerce")
+        is_bool = any(isinstance(v, (bool, np.bool_)) for v in column.dropna())
+        if numeric.notna().all() and not is_bool and numeric.nunique() > 8:
+            dims.append({"label": text(knob), "values": numeric.to_numpy(dtype=float)})
+        else:
+            values, ticks, labels = _codes(column)
+            dims.append({"label": text(knob), "values": values, "tickvals": ticks,
+                         "ticktext": labels, "range": [-0.2, max(ticks) + 0.2]})
+    for objective in data.objectives:
+        dims.append({"label": text(objective),
+                     "values": complete[objective].to_numpy(dtype=float)})
+    colour = complete[data.objectives[0]].to_numpy(dtype=float) if data.objectives else None
+    fig = _figure(margin={"l": 60, "r": 60, "t": 60, "b": 30})
+    fig.add_trace(go.Parcoords(dimensions=dims, line={
+        "color": colour, "colorscale": "Viridis", "showscale": True,
+        "colorbar": {"title": {"text": text(data.objectives[0]) if data.objectives else ""}}}))
+    return fig
+
+
+def importance(scores: Mapping[str, Mapping[str, float]]) -> go.Figure:
+    """Each knob's importance for each objective, as grouped horizontal bars."""
+    knobs = sorted({k for s in scores.values() for k in s},
+                   key=lambda k: max(s.get(k, 0.0) for s in scores.values()))
+    if not knobs:
+        return empty("No knobs to rank yet.")
+    fig = _figure(xaxis_title="share of the objective's variance explained (omega squared)",
+                  barmode="group", height=max(300, 40 * len(knobs) * max(1, len(scores)) // 2))
+    for objective, values in scores.items():
+        fig.add_trace(go.Bar(y=[text(k) for k in knobs], x=[values.get(k, 0.0) for k in knobs],
+                             name=text(objective), orientation="h",
+                             hovertemplate="%{y}: %{x:.3f}<extra>" + text(objective)
+                             + "</extra>"))
+    return fig
+
+
+def knob_effect(data: StudyData, knob: str, objective: str) -> go.Figure:
+    """``objective`` against one knob over the completed trials: a box per value (a numeric
+    knob with many values as a scatter), e.g. accuracy against the group count."""
+    complete = data.complete()
+    if complete.empty or knob not in data.knobs or objective not in data.objectives:
+        return empty("No completed trials yet." if complete.empty else "Choose a knob.")
+    directions = dict(zip(data.objectives, data.info.directions, strict=True))
+    fig = _figure(xaxis_title=text(knob), yaxis_title=_label(objective, directions),
+                  showlegend=False)
+    column = complete[knob]
+    numeric = pd.to_numeric(column, errors="coerce")
+    is_bool = any(isinstance(v, (bool, np.bool_)) for v in column.dropna())
+    if numeric.notna().all() and not is_bool and numeric.nunique() > 8:
+        fig.add_trace(go.Scatter(x=numeric, y=complete[objective], mode="markers",
+                                 customdata=complete.number.to_numpy(),
+                                 marker={"color": COLORS["front"], "size": 6, "opacity": 0.6},
+                                 hovertemplate="trial %{customdata}<br>%{x:.4g}: %{y:.4g}"
+                                               "<extra></extra>"))
+        if getattr(data.distributions.get(knob), "log", False):
+            fig.update_xaxes(type="log")
+        return fig
+    groups = knob_groups(column)
+    order = sorted(groups.unique(), key=_natural)
+    for label in order:
+        mask = (groups == label).to_numpy()
+        fig.add_trace(go.Box(y=complete[objective][mask], name=text(label),
+                             boxpoints="all" if mask.sum() <= 200 else "outliers",
+                             jitter=0.3, pointpos=0, marker={"size": 4},
+                             customdata=complete.number[mask].to_numpy(),
+                             hovertemplate="trial %{customdata}: %{y:.4g}<extra></extra>"))
+    fig.update_xaxes(categoryorder="array", categoryarray=[text(x) for x in order])
+    return fig
+
+
+def compare_fronts(studies: Sequence[StudyData], x: str, y: str) -> go.Figure:
+    """The studies' completed trials on objectives ``x`` and ``y`` (faded) with each study's
+    front in those two objectives as a line, one colour per study."""
+    fig = _figure(uirevision=f"compare/{x}/{y}")
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]
+    directions: dict[str, str] = {}
+    for i, data in enumerate(studies):
+        dirs = dict(zip(data.objectives, data.info.directions, strict=True))
+        if x not in dirs or y not in dirs:
+            return empty(f"Study {data.info.name} has no objective {x if x not in dirs else y}.")
+        directions = dirs
+        complete = data.complete()
+        colour = palette[i % len(palette)]
+        values = complete[[x, y]].to_numpy(dtype=float)
+        front = front_mask(values, [dirs[x], dirs[y]]) if len(values) else np.zeros(0, bool)
+        scatter = go.Scattergl if len(complete) >= WEBGL_FROM else go.Scatter
+        name = text(data.info.name)
+        fig.add_trace(scatter(x=values[:, 0], y=values[:, 1], mode="markers",
+                              name=f"{name}: all ({len(values)})", opacity=0.25,
+                              marker={"color": colour, "size": 5}, legendgroup=str(i),
+                              customdata=complete.number.to_numpy(),
+                              hovertemplate=f"{name}<br>trial %{{customdata}}<extra></extra>"))
+        order = np.argsort(values[front, 0], kind="stable")
+        fig.add_trace(go.Scatter(x=values[front, 0][order], y=values[front, 1][order],
+                                 mode="lines+markers", line_shape="hv", legendgroup=str(i),
+                                 name=f"{name}: front ({int(front.sum())})",
+                                 marker={"color": colour, "size": 9}, line={"color": colour},
+                                 customdata=complete.number.to_numpy()[front][order],
+                                 hovertemplate=f"{name}<br>trial %{{customdata}}<br>"
+                                               "%{x:.4g}, %{y:.4g}<extra></extra>"))
+    fig.update_layout(xaxis_title=_label(x, directions), yaxis_title=_label(y, directions))
+    return fig
+
+
+def cost_parts(cost: Mapping[str, Any] | None) -> go.Figure:
+    """Parameters and MAdds of one architecture, split by part (backbone, embedding, head...)."""
+    parts = (cost or {}).get("parts") or {}
+    if not parts:
+        return empty("No cost recorded for this trial.")
+    names = [text(p) for p in parts]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("parameters", "MAdds"))
+    for col, key in ((1, "params"), (2, "madds")):
+        fig.add_trace(go.Bar(x=names, y=[parts[p].get(key, 0) for p in parts],
+                             marker_color=COLORS["front"], showlegend=False,
+                             hovertemplate="%{x}: %{y:,}<extra></extra>"), row=1, col=col)
+    fig.update_layout(**{**_LAYOUT, "height": 320})
+    return fig
+
+
+def epoch_curves(epochs: Sequence[Mapping[str, Any]],
+                 intermediate: Sequence[tuple[int, float | None]] = ()) -> go.Figure:
+    """The trial's metric (and training loss, right axis) per epoch, from ``nas_epochs``; the
+    intermediate values Optuna holds if the trial has no epoch rows."""
+    if not epochs and not intermediate:
+        return empty("No epochs reported for this trial.")
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    if epochs:
+        metric = text(next((e.get("metric") for e in epochs if e.get("metric")), "metric"))
+        x = [e["epoch"] for e in epochs]
+        fig.add_trace(go.Scatter(x=x, y=[e.get("value") for e in epochs], name=metric,
+                                 mode="lines+markers"), secondary_y=False)
+        fig.add_trace(go.Scatter(x=x, y=[e.get("train_loss") for e in epochs],
+                                 name="training loss", mode="lines+markers",
+                                 line={"dash": "dot"}), secondary_y=True)
+        fig.update_yaxes(title_text=metric, secondary_y=False)
+        fig.update_yaxes(title_text="training loss", secondary_y=True)
+    else:
+        fig.add_trace(go.Scatter(x=[s for s, _ in intermediate], y=[v for _, v in intermediate],
+                                 name="intermediate value", mode="lines+markers"))
+    fig.update_layout(**{**_LAYOUT, "xaxis_title": "epoch", "height": 320})
+    return fig

@@ -1,0 +1,310 @@
+"""The dashboard's pages as Dash component trees: the studies list, a study, a trial.
+
+Pages are skeletons whose figures and tables the callbacks in ``dashboard.app`` fill. Every
+user-provided string reaches the page as a component's text, which React escapes; nothing here
+uses raw HTML or ``dangerously_allow_html``. Component ids are the module's constants.
+"""
+
+from __future__ import annotations
+
+import math
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import pandas as pd
+from dash import dash_table, dcc, html
+
+from dashboard.data import StudyData, StudyInfo
+
+__all__ = [
+    "page_not_found",
+    "shell",
+    "studies_page",
+    "studies_table",
+    "study_href",
+    "study_page",
+    "study_summary",
+    "table_columns",
+    "trial_body",
+    "trial_href",
+    "trial_page",
+]
+
+# Component ids.
+URL, PAGE = "url", "page"
+STUDIES_TICK, STUDIES_TABLE = "studies-tick", "studies-table"
+STUDY, STUDY_TICK, SUMMARY = "study", "study-tick", "study-summary"
+PARETO_X, PARETO_Y, PARETO_2D, PARETO_3D = "pareto-x", "pareto-y", "pareto-2d", "pareto-3d"
+PARETO_FORMAT, PARETO_BUTTON, PARETO_DOWNLOAD, PARETO_MESSAGE = (
+    "pareto-format", "pareto-button", "pareto-download", "pareto-message")
+HYPERVOLUME, PARCOORDS, IMPORTANCE = "hypervolume", "parcoords", "importance"
+EFFECT_KNOB, EFFECT_OBJECTIVE, EFFECT = "effect-knob", "effect-objective", "effect"
+TABLE, CSV_BUTTON, CSV_DOWNLOAD = "trial-table", "csv-button", "csv-download"
+COMPARE_WITH, COMPARE = "compare-with", "compare"
+TRIAL, TRIAL_TICK, TRIAL_BODY = "trial", "trial-tick", "trial-body"
+EXPORT, TRIAL_DOWNLOAD, TRIAL_MESSAGE = "export", "trial-download", "trial-message"
+
+PAGE_SIZE = 25
+_CELL = {"padding": "4px 10px", "borderBottom": "1px solid #ddd", "textAlign": "left"}
+_SECTION = {"marginTop": "28px"}
+_ROW = {"display": "flex", "gap": "12px", "alignItems": "center", "flexWrap": "wrap"}
+_BUTTON = {"padding": "4px 12px", "cursor": "pointer"}
+
+
+def study_href(name: str) -> str:
+    """The study page's path; the name is percent-encoded (it may hold any character)."""
+    return "/study/" + urllib.parse.quote(name, safe="")
+
+
+def trial_href(name: str, number: int) -> str:
+    return f"{study_href(name)}/trial/{int(number)}"
+
+
+def fmt(value: Any) -> str:
+    """A number or value as people read it (thousands grouped, four significant digits)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, (datetime, pd.Timestamp)):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()
+                                  and abs(value) >= 1000):
+        return f"{int(value):,}"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def shell(storage_label: str, refresh_ms: int) -> html.Div:
+    """The frame of every page: the location, a header and the page's slot."""
+    return html.Div(style={"fontFamily": "system-ui, sans-serif", "margin": "0 auto",
+                           "maxWidth": "1400px", "padding": "0 16px"}, children=[
+        dcc.Location(id=URL, refresh="callback-nav"),
+        html.Header(style={**_ROW, "borderBottom": "2px solid #1f77b4", "padding": "8px 0"},
+                    children=[
+            dcc.Link(html.B("nas dashboard"), href="/"),
+            html.Span(f"read-only view of {storage_label}", style={"color": "#666"}),
+            html.Span(f"refreshes every {refresh_ms / 1000:g} s", style={"color": "#666"}),
+        ]),
+        html.Main(id=PAGE),
+    ])
+
+
+def page_not_found(message: str) -> list[Any]:
+    return [html.H2("Not found"), html.P(message, id="not-found"),
+            dcc.Link("All studies", href="/")]
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], **kwargs: Any) -> html.Table:
+    return html.Table(style={"borderCollapse": "collapse"}, children=[
+        html.Thead(html.Tr([html.Th(h, style=_CELL) for h in header])),
+        html.Tbody([html.Tr([html.Td(c, style=_CELL) for c in row]) for row in rows]),
+    ], **kwargs)
+
+
+# ----------------------------------------------------------------------------- studies
+def studies_page(refresh_ms: int) -> list[Any]:
+    return [html.H2("Studies"), dcc.Interval(id=STUDIES_TICK, interval=refresh_ms),
+            html.Div(id=STUDIES_TABLE)]
+
+
+def studies_table(rows: Sequence[Mapping[str, Any]]) -> Any:
+    """One row per study: name (a link), task, trials by state, best values, hypervolume and
+    last activity."""
+    if not rows:
+        return html.P("No studies in this database yet: start one with `nas run`.")
+    header = ["study", "task", "trials", "complete", "pruned", "failed", "rejected", "running",
+              "best values", "hypervolume", "last activity"]
+    body = []
+    for r in rows:
+        best = "; ".join(f"{name} {fmt(value)}" for name, value in r["best"].items()
+                         if value is not None) or "-"
+        body.append([dcc.Link(r["name"], href=study_href(r["name"])), r["task"] or "-",
+                     r["trials"], r["complete"], r["pruned"], r["failed"], r["rejected"],
+                     r["running"], best, f"{r['hypervolume']:.4f}", fmt(r["last_activity"])])
+    return _table(header, body, id="studies-list")
+
+
+# ----------------------------------------------------------------------------- one study
+def _options(values: Sequence[str]) -> list[dict[str, str]]:
+    return [{"label": v, "value": v} for v in values]
+
+
+def _graph(id_: str, height: int = 450) -> dcc.Loading:
+    return dcc.Loading(dcc.Graph(id=id_, style={"height": f"{height}px"},
+                                 config={"displaylogo": False}), type="circle")
+
+
+def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequence[str],
+               formats: Sequence[str], refresh_ms: int) -> list[Any]:
+    """The study page's skeleton; its callbacks fill every figure and the table."""
+    objectives = list(info.objectives)
+    x = "params" if "params" in objectives else objectives[-1] if objectives else None
+    y = next((o for o in objectives if o != x), x)
+    knobs = list(data.knobs)
+    default_knob = "groups" if "groups" in knobs else (knobs[0] if knobs else None)
+    return [
+        dcc.Store(id=STUDY, data={"name": info.name, "version": version}),
+        dcc.Interval(id=STUDY_TICK, interval=refresh_ms),
+        html.H2(["Study ", html.Span(info.name, id="study-name")]),
+        html.Div(id=SUMMARY),
+        html.Section(style=_SECTION, children=[
+            html.H3("Pareto front"),
+            html.Div(style=_ROW, children=[
+                html.Label("x"), dcc.Dropdown(_options(objectives), x, id=PARETO_X,
+                                              clearable=False, style={"width": "200px"}),
+                html.Label("y"), dcc.Dropdown(_options(objectives), y, id=PARETO_Y,
+                                              clearable=False, style={"width": "200px"}),
+                html.Span("Click a point to open its trial.", style={"color": "#666"}),
+            ]),
+            html.Div(style={"display": "grid", "gridTemplateColumns": "1fr 1fr"}, children=[
+                _graph(PARETO_2D, 520), _graph(PARETO_3D, 520)]),
+            html.Div(style=_ROW, children=[
+                html.Span("Download the Pareto set as"),
+                dcc.Dropdown(_options(formats), formats[0] if formats else None,
+                             id=PARETO_FORMAT, clearable=False, style={"width": "160px"}),
+                html.Button("Download (zip)", id=PARETO_BUTTON, style=_BUTTON),
+                dcc.Download(id=PARETO_DOWNLOAD), html.Span(id=PARETO_MESSAGE),
+            ]),
+        ]),
+        html.Section(style=_SECTION, children=[html.H3("Hypervolume over trials"),
+                                               _graph(HYPERVOLUME, 320)]),
+        html.Section(style=_SECTION, children=[
+            html.H3("Knobs"), _graph(PARCOORDS, 420),
+            html.H4("Parameter importance for each objective"),
+            html.P("The share of each objective's variance (of its ranks) a knob explains on "
+                   "its own over the completed trials (omega squared of a one-way ANOVA).",
+                   style={"color": "#666"}),
+            _graph(IMPORTANCE, 420),
+            html.H4("Effect of a knob"),
+            html.Div(style=_ROW, children=[
+                dcc.Dropdown(_options(objectives), objectives[0] if objectives else None,
+                             id=EFFECT_OBJECTIVE, clearable=False, style={"width": "200px"}),
+                html.Span("against"),
+                dcc.Dropdown(_options(knobs), default_knob, id=EFFECT_KNOB, clearable=False,
+                             style={"width": "240px"}),
+            ]),
+            _graph(EFFECT, 380),
+        ]),
+        html.Section(style=_SECTION, children=[
+            html.H3("Trials"),
+            html.Div(style=_ROW, children=[
+                html.Span("Sort by a header; filter with the row under it (e.g. > 0.5, "
+                          "= rejected)."),
+                html.Button("Download CSV", id=CSV_BUTTON, style=_BUTTON),
+                dcc.Download(id=CSV_DOWNLOAD)]),
+            dash_table.DataTable(
+                id=TABLE, columns=table_columns(data), data=[], page_current=0,
+                page_size=PAGE_SIZE, page_action="custom", sort_action="custom",
+                sort_mode="multi", sort_by=[], filter_action="custom", filter_query="",
+                markdown_options={"link_target": "_self", "html": False},
+                style_table={"overflowX": "auto"},
+                style_cell={"fontFamily": "inherit", "fontSize": "13px", "padding": "3px 8px",
+                            "maxWidth": "320px", "overflow": "hidden",
+                            "textOverflow": "ellipsis"},
+                style_header={"fontWeight": "bold"}),
+        ]),
+        html.Section(style=_SECTION, children=[
+            html.H3("Compare with another study"),
+            html.P("Both studies' fronts in the two objectives chosen above.",
+                   style={"color": "#666"}),
+            dcc.Dropdown(_options(list(others)), None, id=COMPARE_WITH,
+                         placeholder="choose a study", style={"width": "360px"}),
+            _graph(COMPARE, 450),
+        ]),
+    ]
+
+
+def study_summary(info: StudyInfo, counts: Mapping[str, int], best: Mapping[str, Any],
+                  hypervolume: float, last_activity: Any) -> html.Div:
+    objectives = ", ".join(f"{n} ({d})" for n, d in zip(info.objectives, info.directions,
+                                                       strict=True))
+    rows = [
+        ["task", info.task or "-"], ["objectives", objectives],
+        ["constraints", ", ".join(f"{k} {fmt(v)}" for k, v in info.constraints.items()) or "-"],
+        ["trials", ", ".join(f"{k} {v}" for k, v in counts.items())],
+        ["best values", "; ".join(f"{k} {fmt(v)}" for k, v in best.items()) or "-"],
+        ["hypervolume", f"{hypervolume:.4f}"], ["last activity", fmt(last_activity)],
+    ]
+    return html.Div(_table(["", ""], rows, id="summary-table"))
+
+
+def table_columns(data: StudyData) -> list[dict[str, Any]]:
+    """The trial table's columns: number (a link), front membership, status, objectives, knobs
+    and the rest."""
+    numeric = {"type": "numeric"}
+    columns: list[dict[str, Any]] = [
+        {"id": "number", "name": "trial", "presentation": "markdown"},
+        {"id": "pareto", "name": "Pareto"}, {"id": "status", "name": "status"}]
+    columns += [{"id": o, "name": o, **numeric} for o in data.objectives]
+    columns += [{"id": k, "name": data.knobs[k]} for k in data.knobs]
+    columns += [{"id": "reason", "name": "reason"},
+                {"id": "epochs_reached", "name": "epochs", **numeric},
+                {"id": "duration_s", "name": "seconds", **numeric},
+                {"id": "started", "name": "started"}, {"id": "arch_id", "name": "arch_id"}]
+    return columns
+
+
+# ----------------------------------------------------------------------------- one trial
+def trial_page(name: str, number: int, running: bool, refresh_ms: int) -> list[Any]:
+    return [
+        dcc.Store(id=TRIAL, data={"name": name, "number": number}),
+        dcc.Interval(id=TRIAL_TICK, interval=refresh_ms, disabled=not running),
+        html.P(dcc.Link(["← study ", name], href=study_href(name))),
+        html.Div(id=TRIAL_BODY),
+    ]
+
+
+def _kv(mapping: Mapping[str, Any] | None, id_: str) -> Any:
+    if not mapping:
+        return html.P("-", id=id_)
+    return _table(["key", "value"], [[k, fmt(v) if not isinstance(v, (dict, list)) else str(v)]
+                                     for k, v in mapping.items()], id=id_)
+
+
+def trial_body(name: str, trial: Mapping[str, Any], formats: Sequence[str],
+               cost_figure: Any, curves_figure: Any) -> list[Any]:
+    """Everything about one trial: state and reason, values, architecture, training settings,
+    cost by part, per-epoch curves and the export buttons."""
+    cost = trial.get("cost") or {}
+    parts = cost.get("parts") or {}
+    cost_rows = [[p, fmt(v.get("params")), fmt(v.get("params_matrix")), fmt(v.get("madds"))]
+                 for p, v in parts.items()]
+    if cost:
+        cost_rows.append(["total", fmt(cost.get("params")), fmt(cost.get("params_matrix")),
+                          fmt(cost.get("madds"))])
+    state = [["state", trial["state"]], ["status", trial["status"]]]
+    if trial.get("reason"):
+        state.append(["reason", trial["reason"]])
+    state += [[k, fmt(v)] for k, v in trial["values"].items()]
+    state += [["epochs reached", fmt(trial["attrs"].get("nas.epochs_reached"))],
+              ["arch_id", trial.get("arch_id") or "-"], ["started", fmt(trial["started"])],
+              ["completed", fmt(trial["completed"])]]
+    exports: list[Any] = [html.Span("Download the config as")]
+    exports += [html.Button(f, id={"type": EXPORT, "format": f}, style=_BUTTON)
+                for f in formats]
+    exports += [dcc.Download(id=TRIAL_DOWNLOAD), html.Span(id=TRIAL_MESSAGE)]
+    return [
+        html.H2(["Trial ", html.Span(str(trial["number"]), id="trial-number"), " of study ",
+                 html.Span(name, id="trial-study")]),
+        _table(["", ""], state, id="trial-state"),
+        html.Div(style={**_ROW, **_SECTION}, children=exports if trial.get("arch") else [
+            html.Span("This trial has no architecture yet: nothing to export.")]),
+        html.Div(style={"display": "grid", "gridTemplateColumns": "1fr 1fr", "gap": "24px"},
+                 children=[
+            html.Section([html.H3("Architecture"), _kv(trial.get("arch"), "trial-arch")]),
+            html.Section([html.H3("Training settings"), _kv(trial.get("train"), "trial-train"),
+                          html.H3("Knobs (trial parameters)"),
+                          _kv(trial.get("params"), "trial-params")]),
+        ]),
+        html.Section(style=_SECTION, children=[
+            html.H3("Cost by part"),
+            _table(["part", "params", "weight-matrix params", "MAdds"], cost_rows,
+                   id="trial-cost") if cost_rows else html.P("-"),
+            dcc.Graph(figure=cost_figure, id="trial-cost-figure")]),
+        html.Section(style=_SECTION, children=[
+            html.H3("Per-epoch curves"), dcc.Graph(figure=curves_figure, id="trial-curves")]),
+    ]

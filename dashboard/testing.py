@@ -1,0 +1,105 @@
+"""Driving the app's callbacks over HTTP, as the browser does (for tests and benchmarks).
+
+``first_render(client, app, pathname)`` sends what Dash's front end sends when it opens
+``pathname``: the page route, then every callback whose inputs the new page holds (unless it
+prevents its initial call), with the inputs' initial values taken from the route's answer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import dash
+
+__all__ = ["CallbackResult", "callback_body", "components", "first_render", "post_callback"]
+
+
+def _dicts(spec: Any) -> list[dict[str, Any]]:
+    specs = spec if isinstance(spec, (list, tuple)) else [spec]
+    return [{"id": o.component_id, "property": o.component_property.split("@")[0]}
+            for o in specs]
+
+
+def callback_body(app: dash.Dash, output: str, values: Mapping[str, Any],
+                  changed: str | None = None) -> dict[str, Any]:
+    """The JSON body of ``POST /_dash-update-component`` for the callback whose output key is
+    (or starts with) ``output``; ``values`` maps ``"id.property"`` to the value sent."""
+    key = next(k for k in app.callback_map if k == output or k.startswith(output))
+    spec = app.callback_map[key]
+    outputs = _dicts(spec["output"])
+
+    def fill(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{**i, "value": values.get(f"{i['id']}.{i['property']}")} for i in items]
+
+    inputs = fill(spec["inputs"])
+    return {"output": key, "outputs": outputs if len(outputs) > 1 or key.startswith("..")
+            else outputs[0], "inputs": inputs, "state": fill(spec["state"]),
+            "changedPropIds": [changed or f"{inputs[0]['id']}.{inputs[0]['property']}"]}
+
+
+def components(tree: Any) -> Iterator[dict[str, Any]]:
+    """Every component (``{"type", "namespace", "props"}``) in a layout's JSON."""
+    if isinstance(tree, dict):
+        if "props" in tree and "type" in tree:
+            yield tree
+            yield from components(tree["props"].get("children"))
+            for value in tree["props"].values():
+                if isinstance(value, (dict, list)) and value is not tree["props"].get("children"):
+                    yield from components(value)
+    elif isinstance(tree, list):
+        for item in tree:
+            yield from components(item)
+
+
+@dataclass(frozen=True)
+class CallbackResult:
+    output: str
+    status: int
+    seconds: float
+    size: int
+    response: Any
+
+
+def post_callback(client: Any, body: Mapping[str, Any]) -> CallbackResult:
+    started = time.perf_counter()
+    answer = client.post("/_dash-update-component", json=body)
+    seconds = time.perf_counter() - started
+    data = answer.get_json(silent=True) if answer.status_code == 200 else None
+    return CallbackResult(str(body["output"]), answer.status_code, seconds, len(answer.data),
+                          data)
+
+
+def first_render(client: Any, app: dash.Dash, pathname: str) -> list[CallbackResult]:
+    """Open ``pathname`` as the browser would; each request's result, the route's first."""
+    route = post_callback(client, callback_body(app, "page.children",
+                                                {"url.pathname": pathname}))
+    results = [route]
+    if route.status != 200:
+        return results
+    page = route.response["response"]["page"]["children"]
+    props = {}
+    for c in components(page):
+        id_ = c["props"].get("id")
+        if isinstance(id_, str):
+            props[id_] = c["props"]
+    initial = {spec["output"]: spec.get("prevent_initial_call", False)
+               for spec in app._callback_list}
+    for key, spec in app.callback_map.items():
+        ids = [i["id"] for i in spec["inputs"]]
+        if key == "page.children" or initial.get(key) or not all(
+                isinstance(i, str) and i in props for i in ids):
+            continue
+        values = {f"{i['id']}.{i['property']}": props[i["id"]].get(i["property"])
+                  for i in [*spec["inputs"], *spec["state"]] if i["id"] in props}
+        results.append(post_callback(client, callback_body(app, key, values)))
+    return results
+
+
+def dumps(result: CallbackResult) -> str:
+    """A short description of one request, for logs."""
+    return json.dumps({"output": result.output, "status": result.status,
+                       "seconds": round(result.seconds, 3), "bytes": result.size})
