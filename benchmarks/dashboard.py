@@ -29,7 +29,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -45,9 +44,9 @@ from studies.spec import StudySpec
 from studies.storage import epochs_table, open_storage
 
 NAME = "lw-transformer-10k"
-STATES = (("completed", 0.71), ("stopped", 0.15), ("rejected", 0.08), ("failed", 0.04),
-          ("running", 0.02))
-PARAMS_MAX = 50e6
+# Outcomes of the trials that pass the constraint (about 12% break it and are rejected).
+STATES = (("completed", 0.78), ("stopped", 0.16), ("failed", 0.06))
+PARAMS_MAX = 78e6
 
 
 def _fake_cost(arch: dict[str, Any]) -> dict[str, Any]:
@@ -116,13 +115,11 @@ def build_study(path: Path, n_trials: int, seed: int = 0) -> str:
         train = {"lr": float(math.exp(rng.uniform(math.log(1e-4), math.log(3e-3)))),
                  "dropout": float(rng.uniform(0.0, 0.3))}
         cost = _fake_cost(arch)
-        status = str(statuses[number]) if number < n_trials - 20 else "completed"
+        status = str(statuses[number])
         if cost["params"] > PARAMS_MAX:
             status = "rejected"
-        elif number >= n_trials - 4:
+        elif number >= n_trials - 4:  # the last few still train
             status = "running"
-        elif status == "rejected":
-            status = "completed"
         accuracy = (0.62 + 0.03 * math.log(cost["params"] / 1e7)
                     - 0.02 * abs(math.log(train["lr"] / 8e-4)) - 0.05 * train["dropout"]
                     + float(rng.normal(0, 0.004)))
@@ -154,7 +151,7 @@ def build_study(path: Path, n_trials: int, seed: int = 0) -> str:
             attrs.update({"nas.epochs_reached": epochs, "nas.seconds": 25.0,
                           "nas.node": "node-1", "nas.samples_per_second": 900.0})
         if status == "rejected":
-            attrs["nas.reason"] = f"params {cost['params']:,} breaks params_max=50,000,000"
+            attrs["nas.reason"] = f"params {cost['params']:,} breaks params_max={PARAMS_MAX:,.0f}"
         elif status == "failed":
             attrs["nas.reason"] = "loss became nan at epoch 1, step 12"
         for k, v in attrs.items():
@@ -178,97 +175,134 @@ def build_study(path: Path, n_trials: int, seed: int = 0) -> str:
 
 
 # ----------------------------------------------------------------------------- timing
-def _time(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float], Any]:
-    """(cold seconds, warm seconds, last result)."""
-    times, result = [], None
-    for _ in range(repeats + 1):
-        t0 = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - t0)
-    return times[0], times[1:], result
+def _dashboard_render(url: str) -> tuple[float, list[Any]]:
+    """A fresh app (empty caches), then the study page's first render through Flask."""
+    from dashboard import create_app
+    from dashboard.layout import study_href
+    from dashboard.testing import first_render
+
+    app = create_app(url)
+    client = app.server.test_client()
+    started = time.perf_counter()
+    results = first_render(client, app, study_href(NAME))
+    seconds = time.perf_counter() - started
+    failed = [r for r in results if r.status != 200]
+    if failed:
+        raise RuntimeError(f"{failed[0].output}: HTTP {failed[0].status}")
+    return seconds, results
+
+
+def _direct_render(url: str) -> float:
+    """The same views through the data, analysis and figure functions, without Dash."""
+    import plotly.io.json
+
+    from dashboard import figures
+    from dashboard.analysis import StudyView
+    from dashboard.data import fingerprint, load_study, open_readonly, study_info
+
+    engine = open_readonly(url)
+    started = time.perf_counter()
+    info = study_info(engine, NAME)
+    view = StudyView(load_study(engine, info, fingerprint(engine, info.study_id, info.name)))
+    data = view.data
+    made = [figures.pareto_2d(data, "params", "accuracy", view.front),
+            figures.pareto_3d(data, view.front), figures.hypervolume_history(*view.curve),
+            figures.parallel_coordinates(data), figures.importance(view.importances),
+            figures.knob_effect(data, "groups", "accuracy")]
+    for fig in made:
+        plotly.io.json.to_json_plotly(fig)
+    view.table.head(25)
+    seconds = time.perf_counter() - started
+    engine.dispose()
+    return seconds
+
+
+def _optuna_dashboard(url: str) -> tuple[float, int] | None:
+    """A fresh optuna-dashboard app, then ``GET /api/studies/<id>?after=0``."""
+    try:
+        import optuna_dashboard
+        from werkzeug.test import Client
+    except ImportError:
+        return None
+    storage = optuna.storages.RDBStorage(url)
+    study_id = storage.get_study_id_from_name(NAME)
+    client = Client(optuna_dashboard.wsgi(storage))
+    started = time.perf_counter()
+    response = client.get(f"/api/studies/{study_id}?after=0")
+    seconds = time.perf_counter() - started
+    if response.status_code != 200:
+        raise RuntimeError(f"optuna-dashboard: HTTP {response.status_code}")
+    return seconds, len(response.data)
+
+
+def _best_trials(url: str) -> float:
+    started = time.perf_counter()
+    assert optuna.load_study(study_name=NAME, storage=url).best_trials
+    return time.perf_counter() - started
+
+
+def _runs(label: str, times: list[float]) -> str:
+    rest = times[1:]
+    more = (f"; then {', '.join(f'{t:.2f}' for t in rest)} s (median "
+            f"{statistics.median(rest):.2f} s)") if rest else ""
+    return f"  {label:<46} first {times[0]:.2f} s{more}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10_000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed runs of each (each on a fresh app: nothing cached)")
     parser.add_argument("--db", default=None, help="SQLite file to create (default: a temp file)")
     args = parser.parse_args(argv)
-
-    from dashboard import create_app
-    from dashboard.testing import study_page_requests
+    # Run as a script, this file's folder comes first on the import path and its name would
+    # shadow the `dashboard` package it measures.
+    here = str(Path(__file__).resolve().parent)
+    sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != here]
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(args.db) if args.db else Path(tmp) / "bench.db"
-        if path.exists():
-            path.unlink()
+        for old in path.parent.glob(path.name + "*"):
+            old.unlink()
         t0 = time.perf_counter()
         url = build_study(path, args.trials)
         print(f"built a {args.trials:,}-trial study in {time.perf_counter() - t0:.1f} s "
-              f"({path.stat().st_size / 1e6:.1f} MB): {url}")
-
-        app = create_app(url)
-        client = app.server.test_client()
-        requests = study_page_requests(app, NAME)
-
-        def dashboard_page() -> dict[str, int]:
-            sizes = {}
-            for label, body in requests:
-                response = client.post("/_dash-update-component", json=body)
-                if response.status_code != 200:
-                    raise RuntimeError(f"{label}: HTTP {response.status_code}: "
-                                       f"{response.get_data(as_text=True)[:300]}")
-                sizes[label] = len(response.data)
-            return sizes
-
-        # A fresh app per cold run: nothing cached.
-        cold, warm, sizes = _time(dashboard_page, args.repeats)
-        app_cold = create_app(url)
-        per_view: dict[str, float] = {}
-        cold_client = app_cold.server.test_client()
-        for label, body in study_page_requests(app_cold, NAME):
-            t0 = time.perf_counter()
-            cold_client.post("/_dash-update-component", json=body)
-            per_view[label] = time.perf_counter() - t0
-        print(f"\ndashboard study page, every callback of the first render through Flask "
-              f"({sum(sizes.values()) / 1e6:.2f} MB of JSON):")
-        print(f"  first (cold, empty caches): {cold:.2f} s; again: "
-              f"{', '.join(f'{x:.2f}' for x in warm)} s (median "
-              f"{statistics.median(warm):.2f} s)")
-        print("  per callback on a fresh app (cold): " + ", ".join(
-            f"{k} {v:.2f}s" for k, v in per_view.items()))
-
-        try:
+              f"({path.stat().st_size / 1e6:.1f} MB)")
+        ours: list[float] = []
+        direct: list[float] = []
+        theirs: list[float] = []
+        size = 0
+        results: list[Any] = []
+        for _ in range(args.repeats):  # interleaved, so both see the same machine load
+            seconds, results = _dashboard_render(url)
+            ours.append(seconds)
+            direct.append(_direct_render(url))
+            other = _optuna_dashboard(url)
+            if other is not None:
+                theirs.append(other[0])
+                size = other[1]
+        total = sum(r.size for r in results)
+        print(f"\nstudy page, first render (every callback the browser fires on opening it, "
+              f"through Flask's test client; {total / 1e6:.1f} MB of JSON):")
+        print(_runs("dashboard (fresh app each run)", ours))
+        print("    last run by callback: " + ", ".join(
+            f"{r.output.strip('.').split('.')[0]} {r.seconds:.2f}" for r in results))
+        print(_runs("dashboard views without Dash (data+figures)", direct))
+        if theirs:
             import optuna_dashboard
-            from werkzeug.test import Client
-        except ImportError:
-            print("\noptuna-dashboard is not installed (pip install optuna-dashboard): skipped")
-            od_cold = None
+
+            print(_runs(f"optuna-dashboard {optuna_dashboard.__version__} API "
+                        f"({size / 1e6:.1f} MB)", theirs))
         else:
-            storage = optuna.storages.RDBStorage(url)
-            study_id = storage.get_study_id_from_name(NAME)
-
-            def optuna_dashboard_api() -> int:
-                od = Client(optuna_dashboard.wsgi(storage))  # a fresh app: no warm cache
-                response = od.get(f"/api/studies/{study_id}?after=0")
-                if response.status_code != 200:
-                    raise RuntimeError(f"optuna-dashboard: HTTP {response.status_code}")
-                return len(response.data)
-
-            od_cold, od_warm, size = _time(optuna_dashboard_api, args.repeats)
-            print(f"\noptuna-dashboard {optuna_dashboard.__version__} GET "
-                  f"/api/studies/{study_id}?after=0 ({size / 1e6:.1f} MB): first {od_cold:.2f} s; "
-                  f"again {', '.join(f'{x:.2f}' for x in od_warm)} s (median "
-                  f"{statistics.median(od_warm):.2f} s)")
-
-        def best_trials() -> int:
-            return len(optuna.load_study(study_name=NAME, storage=url).best_trials)
-
-        bt_cold, bt_warm, n_best = _time(best_trials, 1)
-        print(f"\noptuna.load_study(...).best_trials ({n_best} trials): {bt_cold:.2f} s, "
-              f"{bt_warm[0]:.2f} s")
-        verdict = "meets" if cold <= 2.0 and (od_cold is None or cold <= od_cold) else "misses"
-        print(f"\ntarget (first render within 2 s and no slower than optuna-dashboard): {verdict}")
+            print("  optuna-dashboard is not installed (pip install optuna-dashboard): skipped")
+        print(_runs("optuna.load_study(...).best_trials", [_best_trials(url)
+                                                            for _ in range(2)]))
+        worst = max(ours)
+        verdict = ("meets" if worst <= 2.0 and (not theirs or worst <= min(theirs))
+                   else "misses")
+        print(f"\ntarget (within 2 s, and no slower than optuna-dashboard): {verdict} "
+              f"(slowest dashboard run {worst:.2f} s"
+              + (f", fastest optuna-dashboard run {min(theirs):.2f} s)" if theirs else ")"))
     return 0
 
 

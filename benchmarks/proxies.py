@@ -90,8 +90,9 @@ def verdict(task: str, rows: list[dict[str, Any]]) -> bool:
         f"gap {gap:.4f} > seed spread {spread:.4f}": gap > spread,
         f"slowest run {slowest:.1f} s <= {LIMIT_S:.0f} s": slowest <= LIMIT_S,
     }
-    print(f"\n{task}: chance {rows[0]['chance']:.4f}, dense mean "
-          f"{statistics.mean(values['dense']):.4f}, tiny mean {statistics.mean(values['tiny']):.4f}")
+    means = {m: statistics.mean(v) for m, v in values.items()}
+    print(f"\n{task}: chance {rows[0]['chance']:.4f}, dense mean {means['dense']:.4f}, "
+          f"tiny mean {means['tiny']:.4f}")
     for text, ok in checks.items():
         print(f"  [{'ok' if ok else 'FAIL'}] {text}")
     return all(checks.values())
@@ -108,8 +109,9 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    override = {"epochs": args.epochs} if args.epochs else {}
     for task in args.tasks:
-        print(f"{task}: quick budget {quick_defaults(task) | ({'epochs': args.epochs} if args.epochs else {})}")
+        print(f"{task}: quick budget {quick_defaults(task) | override}")
     print(f"\n{'task':<14} {'model':<6} {'params':>9} {'seed':>4} metric {'seconds':>9}")
     rows = {task: run_task(task, args.seeds, args.epochs) for task in args.tasks}
     ok = [verdict(task, task_rows) for task, task_rows in rows.items()]

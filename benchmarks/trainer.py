@@ -3,14 +3,24 @@
     python benchmarks/trainer.py [--tasks digits synthetic-vqa] [--steps 20] [--repeats 5]
                                  [--threads 1]
 
-For each task the same network (the dense baseline of ``benchmarks/proxies.py``, built with the
-same seed) is trained for ``--steps`` steps at the task's quick batch size, by
-``trainers.train`` (its own ``samples_per_second``: the training phase, evaluation excluded) and by
-a hand-written loop: the whole training split collated once into tensors, a random permutation
-sliced into batches, forward, loss, ``zero_grad``, backward, gradient clipping, optimizer step.
-Same optimizer (AdamW, same learning rate and weight decay), same clipping, no evaluation, no
-schedule. Runs alternate (trainer, hand, hand, trainer, ...) so drifting load hits both alike;
-the median of the per-pair ratios is printed. Target: trainer / hand >= 0.95.
+For each task the same network (the dense baseline of ``benchmarks/proxies.py``, built from the
+same seed) is trained at the task's quick batch size by ``trainers.train`` and by a hand-written
+loop: the whole training split collated once into tensors, a random permutation sliced into
+batches, forward, loss, ``zero_grad``, backward, gradient clipping, optimizer step. Same
+optimizer (AdamW, same learning rate and weight decay), same clipping, no evaluation, no schedule.
+
+Two measurements, each repeated ``--repeats`` times:
+
+- lockstep (the verdict): one ``train`` run and one hand loop advance together, one step each in
+  turn. The trainer's ``progress`` hook times the trainer's steps (fetching and collating its
+  batch, then everything ``train`` does until it asks for the next one) and runs a hand step in
+  between, so both see the same machine load within a fraction of a second. Ratio: hand time /
+  trainer time over the same number of equal-sized steps (the first two of each left out).
+- separate runs, alternating (trainer, hand, hand, trainer, ...): ``train``'s own
+  ``samples_per_second`` (training phase, evaluation excluded) against the hand loop's.
+
+Each line prints the median ratio over repeats, and every repeat's. Target: trainer / hand >=
+0.95. On a machine that other processes load, the separate runs scatter widely; lockstep does not.
 """
 
 from __future__ import annotations
@@ -19,7 +29,7 @@ import argparse
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -42,67 +52,98 @@ MODELS: dict[str, tuple[str, dict[str, Any]]] = {
                                         "encoder_layers": 2, "decoder_layers": 2}),
 }
 TARGET = 0.95
+SKIP = 2  # first steps of a run left out of lockstep timing (allocator warm-up)
 
 
-def hand_loop(config: ArchConfig, cfg: TrainConfig, data: TaskData, steps: int) -> float:
-    """Samples per second of a minimal loop over pre-collated tensors (no evaluation)."""
-    seed_everything(cfg.seed)
-    kind = data.geometry.kind
-    model = create_model(config, data.geometry)
-    tokenizer = make_tokenizer(config, data)
-    pad = tokenizer.PAD if tokenizer is not None else None
-    full = collate(kind, [data.train[i] for i in range(len(data.train))], tokenizer)
-    tensors = {k: v for k, v in full.items() if torch.is_tensor(v)}
-    inputs = [k for k in _input_names(model) if k in tensors]  # MCAN takes no boxes
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    n = len(data.train)
-    model.train()
-    start, samples = time.perf_counter(), 0
-    order = torch.randperm(n)
-    for step in range(steps):
-        index = order[step * cfg.batch_size:(step + 1) * cfg.batch_size]
-        batch = {k: v[index] for k, v in tensors.items()}
-        logits = model(**{k: batch[k] for k in inputs})
-        loss = _loss(kind, logits, batch, pad)
-        optimizer.zero_grad(set_to_none=True)
+class HandLoop:
+    """The minimal loop, one step per call; the data are collated once, up front."""
+
+    def __init__(self, config: ArchConfig, cfg: TrainConfig, data: TaskData) -> None:
+        seed_everything(cfg.seed)
+        self.kind, self.batch_size = data.geometry.kind, cfg.batch_size
+        self.grad_clip = cfg.grad_clip
+        self.model = create_model(config, data.geometry)
+        tokenizer = make_tokenizer(config, data)
+        self.pad = tokenizer.PAD if tokenizer is not None else None
+        full = collate(self.kind, [data.train[i] for i in range(len(data.train))], tokenizer)
+        self.tensors = {k: v for k, v in full.items() if torch.is_tensor(v)}
+        self.inputs = [k for k in _input_names(self.model) if k in self.tensors]  # MCAN: no boxes
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr,
+                                           weight_decay=cfg.weight_decay)
+        self.order = torch.randperm(len(data.train))
+        self.model.train()
+
+    def step(self, i: int) -> None:
+        index = self.order[i * self.batch_size:(i + 1) * self.batch_size]
+        batch = {k: v[index] for k, v in self.tensors.items()}
+        logits = self.model(**{k: batch[k] for k in self.inputs})
+        loss = _loss(self.kind, logits, batch, self.pad)
+        self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if cfg.grad_clip:
-            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        samples += index.numel()
-    return samples / (time.perf_counter() - start)
+        if self.grad_clip:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        self.optimizer.step()
+
+    def run(self, steps: int) -> float:
+        """Samples per second over ``steps`` steps."""
+        start = time.perf_counter()
+        for i in range(steps):
+            self.step(i)
+        return steps * self.batch_size / (time.perf_counter() - start)
 
 
-def trainer_loop(config: ArchConfig, cfg: TrainConfig, data: TaskData, steps: int) -> float:
-    """``trainers.train``'s own samples per second over ``steps`` steps (one epoch)."""
-    result = train(config, replace(cfg, epochs=1, max_steps_per_epoch=steps), data)
-    return result.samples_per_second
+def lockstep(config: ArchConfig, cfg: TrainConfig, data: TaskData, steps: int) -> float:
+    """Hand time / trainer time over the same steps, the two loops taking turns step by step."""
+    hand = HandLoop(config, cfg, data)
+    trainer_times: list[float] = []
+    hand_times: list[float] = []
+
+    def hook(batches: Iterator[Any], total: int, desc: str) -> Iterator[Any]:
+        it = iter(batches)
+        for i in range(total):
+            start = time.perf_counter()
+            yield next(it)  # the trainer's fetch and collate, then its step until it asks again
+            trainer_times.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            hand.step(i)
+            hand_times.append(time.perf_counter() - start)
+
+    train(config, replace(cfg, epochs=1, max_steps_per_epoch=steps), data, progress=hook)
+    return sum(hand_times[SKIP:]) / sum(trainer_times[SKIP:])
+
+
+def separate(config: ArchConfig, cfg: TrainConfig, data: TaskData, steps: int,
+             trainer_first: bool) -> float:
+    """``train``'s own samples/s over the hand loop's, in two runs one after the other."""
+    rates = {}
+    for name in ("trainer", "hand") if trainer_first else ("hand", "trainer"):
+        if name == "trainer":
+            result = train(config, replace(cfg, epochs=1, max_steps_per_epoch=steps), data)
+            rates[name] = result.samples_per_second
+        else:
+            rates[name] = HandLoop(config, cfg, data).run(steps)
+    return rates["trainer"] / rates["hand"]
 
 
 def bench(task: str, steps: int, repeats: int) -> float:
     options: dict[str, Any] = {"val_size": 16} if task.startswith("synthetic") else {}
     data = get_task(task, **options)
-    preset, overrides = MODELS[task]
-    config = load_arch(preset, overrides)
+    config = load_arch(*MODELS[task])
     cfg = TrainConfig.from_dict(quick_defaults(task) | {"device": "cpu", "max_decode_len": 2})
     if steps * cfg.batch_size > len(data.train):
         raise SystemExit(f"--steps {steps} x batch {cfg.batch_size} exceeds {task}'s "
                          f"{len(data.train)} training samples.")
-    runners: dict[str, Callable[..., float]] = {"trainer": trainer_loop, "hand": hand_loop}
-    for run in runners.values():  # warm-up: allocator, lazy imports, first-call paths
-        run(config, cfg, data, 3)
-    rates: dict[str, list[float]] = {"trainer": [], "hand": []}
-    for r in range(repeats):
-        order = ["trainer", "hand"] if r % 2 == 0 else ["hand", "trainer"]
-        for name in order:
-            rates[name].append(runners[name](config, cfg, data, steps))
-    ratios = [t / h for t, h in zip(rates["trainer"], rates["hand"], strict=True)]
-    ratio = statistics.median(ratios)
-    print(f"{task:<19} {config.family:<7} batch {cfg.batch_size:>3}  trainer "
-          f"{statistics.median(rates['trainer']):8.1f}  hand {statistics.median(rates['hand']):8.1f}"
-          f" samples/s  ratio {ratio:.3f} (per pair: {', '.join(f'{x:.3f}' for x in ratios)})"
-          f"  [{'ok' if ratio >= TARGET else 'BELOW'} {TARGET}]", flush=True)
-    return ratio
+    lockstep(config, cfg, data, SKIP + 1)  # warm-up: lazy imports, first-call paths
+    both = [lockstep(config, cfg, data, steps) for _ in range(repeats)]
+    apart = [separate(config, cfg, data, steps, r % 2 == 0) for r in range(repeats)]
+    print(f"{task} ({config.family}, {config.d_model} wide, batch {cfg.batch_size}, "
+          f"{steps} steps, {repeats} repeats)")
+    for how, ratios in (("lockstep", both), ("separate runs", apart)):
+        ratio = statistics.median(ratios)
+        print(f"  {how:<14} trainer / hand {ratio:.3f}  "
+              f"[{'ok' if ratio >= TARGET else 'BELOW'} {TARGET}]  "
+              f"(repeats: {', '.join(f'{x:.3f}' for x in ratios)})", flush=True)
+    return statistics.median(both)
 
 
 def main() -> int:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -21,6 +22,7 @@ from studies.pareto import hypervolume, to_minimization
 __all__ = [
     "IMPORTANCE_BINS",
     "StudyView",
+    "Sweep",
     "filter_trials",
     "final_hypervolume",
     "front_mask",
@@ -29,6 +31,7 @@ __all__ = [
     "knob_groups",
     "omega_squared",
     "pareto_mask",
+    "pareto_sweep",
     "sort_trials",
 ]
 
@@ -37,25 +40,40 @@ def _dominated_by(front: np.ndarray, point: np.ndarray) -> bool:
     return bool(np.any(np.all(front <= point, axis=1) & np.any(front < point, axis=1)))
 
 
+def _dominated_rows(front: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """For each of ``rows``, whether a row of ``front`` dominates it (vectorised)."""
+    front, rows = front[None, :, :], rows[:, None, :]
+    return np.any(np.all(front <= rows, axis=2) & np.any(front < rows, axis=2), axis=1)
+
+
+def _chunk(front_size: int) -> int:
+    # Small enough that the front improves between chunks, and that a chunk's comparison
+    # array (chunk x front x objectives) stays small.
+    return max(16, min(256, 100_000 // max(1, front_size)))
+
+
 def pareto_mask(points: np.ndarray) -> np.ndarray:
     """True where no other row is at least as good everywhere and better somewhere
     (minimisation): the same answer as ``studies.pareto.nondominated_mask``.
 
     Rows are visited in lexicographic order, where every dominator of a row comes before it, so
-    each row is compared with the front found so far only: O(n * front) instead of O(n^2).
+    each row is compared with the front found so far only, a chunk of rows at a time:
+    O(n * front) instead of O(n^2).
     """
     points = np.asarray(points, dtype=float)
     mask = np.zeros(len(points), dtype=bool)
-    if len(points) == 0:
-        return mask
-    front = np.empty_like(points)
-    size = 0
-    for i in np.lexsort(points.T[::-1]):
-        if size and _dominated_by(front[:size], points[i]):
-            continue
-        front[size] = points[i]
-        size += 1
-        mask[i] = True
+    order = np.lexsort(points.T[::-1]) if len(points) else np.zeros(0, dtype=int)
+    front: list[int] = []
+    start = 0
+    while start < len(order):
+        rows = order[start:start + _chunk(len(front))]
+        start += len(rows)
+        if front:
+            rows = rows[~_dominated_rows(points[front], points[rows])]
+        for i in rows:  # few are left; one may still dominate a later one of the chunk
+            if not (front and _dominated_by(points[front], points[i])):
+                front.append(int(i))
+    mask[front] = True
     return mask
 
 
@@ -63,14 +81,14 @@ def front_mask(values: np.ndarray, directions: Sequence[str]) -> np.ndarray:
     """The Pareto-optimal rows of objective ``values`` (one column per objective)."""
     if len(values) == 0:
         return np.zeros(0, dtype=bool)
-    return pareto_mask(to_minimization(values, directions))
+    return pareto_mask(to_minimization(cast(Any, values), directions))
 
 
 # ----------------------------------------------------------------------------- hypervolume
 def _normalised(values: np.ndarray, directions: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     # Exactly ``studies.pareto``'s scaling: each objective to [0, 1] over all values, the
     # reference point at 1.1; so the numbers equal those ``nas status`` prints.
-    points = to_minimization(values, directions)
+    points = to_minimization(cast(Any, values), directions)
     low, high = points.min(axis=0), points.max(axis=0)
     span = np.where(high > low, high - low, 1.0)
     return (points - low) / span, np.full(points.shape[1], 1.1)
@@ -84,17 +102,32 @@ def final_hypervolume(values: np.ndarray, directions: Sequence[str]) -> float:
     return hypervolume(points[pareto_mask(points)], ref)
 
 
-def hypervolume_curve(values: np.ndarray, directions: Sequence[str], *,
-                      max_points: int | None = None) -> tuple[list[int], list[float]]:
-    """Hypervolume after each of ``values``' rows, as ``studies.pareto.hypervolume_history``.
+@dataclass(frozen=True)
+class Sweep:
+    """The trials in order: hypervolume after rows ``positions`` and the final front."""
 
-    Keeps the running front and recomputes the volume only when the front changes. With
-    ``max_points`` the curve is evaluated at that many evenly spaced rows (always the last)
-    for a long study's plot; each value is still exact. Returns (row positions, volumes).
+    positions: list[int]
+    volumes: list[float]
+    front: np.ndarray  # mask over the rows
+
+    @property
+    def hypervolume(self) -> float:
+        return self.volumes[-1] if self.volumes else 0.0
+
+
+def pareto_sweep(values: np.ndarray, directions: Sequence[str], *,
+                 max_points: int | None = None) -> Sweep:
+    """Walk ``values``' rows in order keeping the running front; the hypervolume after each row
+    (as ``studies.pareto.hypervolume_history``) and the final front (as
+    :func:`front_mask`), in one pass.
+
+    The volume is recomputed only where the front changed. With ``max_points`` it is reported
+    at that many evenly spaced rows (always the last) for a long study's plot; each value is
+    still exact.
     """
     n = len(values)
     if n == 0:
-        return [], []
+        return Sweep([], [], np.zeros(0, dtype=bool))
     points, ref = _normalised(values, directions)
     if max_points is None or n <= max_points:
         wanted = np.ones(n, dtype=bool)
@@ -104,22 +137,39 @@ def hypervolume_curve(values: np.ndarray, directions: Sequence[str], *,
     front: list[int] = []
     positions: list[int] = []
     volumes: list[float] = []
-    volume, changed = 0.0, False
-    for i in range(n):
-        current = points[front]
-        if not (front and _dominated_by(current, points[i])):
-            if front:
-                beaten = (np.all(points[i] <= current, axis=1)
-                          & np.any(points[i] < current, axis=1))
-                front = [j for j, out in zip(front, beaten, strict=True) if not out]
-            front.append(i)
-            changed = True
-        if wanted[i]:
-            if changed:
-                volume, changed = hypervolume(points[front], ref), False
-            positions.append(i)
-            volumes.append(volume)
-    return positions, volumes
+    volume, changed, start = 0.0, False, 0
+    while start < n:
+        rows = np.arange(start, min(n, start + _chunk(len(front))))
+        start += len(rows)
+        # Dominated by the front as it stood before the chunk: dominated for good (whatever
+        # replaced a front row later dominates that row too).
+        skip = (_dominated_rows(points[front], points[rows]) if front
+                else np.zeros(len(rows), dtype=bool))
+        for i, dominated in zip(rows, skip, strict=True):
+            if not dominated:
+                current = points[front]
+                if not (front and _dominated_by(current, points[i])):
+                    if front:
+                        beaten = (np.all(points[i] <= current, axis=1)
+                                  & np.any(points[i] < current, axis=1))
+                        front = [j for j, out in zip(front, beaten, strict=True) if not out]
+                    front.append(int(i))
+                    changed = True
+            if wanted[i]:
+                if changed:
+                    volume, changed = hypervolume(points[front], ref), False
+                positions.append(int(i))
+                volumes.append(volume)
+    mask = np.zeros(n, dtype=bool)
+    mask[front] = True
+    return Sweep(positions, volumes, mask)
+
+
+def hypervolume_curve(values: np.ndarray, directions: Sequence[str], *,
+                      max_points: int | None = None) -> tuple[list[int], list[float]]:
+    """(row positions, hypervolume after each): see :func:`pareto_sweep`."""
+    sweep = pareto_sweep(values, directions, max_points=max_points)
+    return sweep.positions, sweep.volumes
 
 
 # ----------------------------------------------------------------------------- importance
@@ -248,7 +298,7 @@ def sort_trials(df: pd.DataFrame, sort_by: Sequence[dict[str, str]] | None) -> p
 
 # ----------------------------------------------------------------------------- one study
 #: The hypervolume history of a long study is drawn with at most this many points.
-CURVE_POINTS = 500
+CURVE_POINTS = 300
 
 
 class StudyView:
@@ -268,21 +318,23 @@ class StudyView:
         return self.complete[list(self.data.objectives)].to_numpy(dtype=float)
 
     @cached_property
+    def sweep(self) -> Sweep:
+        return pareto_sweep(self.values, self.data.info.directions, max_points=CURVE_POINTS)
+
+    @property
     def front(self) -> np.ndarray:
         """The study's Pareto-optimal trials over all objectives (a mask over ``complete``)."""
-        return front_mask(self.values, self.data.info.directions)
+        return self.sweep.front
 
-    @cached_property
+    @property
     def hypervolume(self) -> float:
-        return final_hypervolume(self.values, self.data.info.directions)
+        return self.sweep.hypervolume
 
     @cached_property
     def curve(self) -> tuple[list[int], list[float]]:
         """(trial numbers, hypervolume after each)."""
-        positions, volumes = hypervolume_curve(self.values, self.data.info.directions,
-                                               max_points=CURVE_POINTS)
         numbers = self.complete.number.to_numpy()
-        return [int(numbers[i]) for i in positions], volumes
+        return [int(numbers[i]) for i in self.sweep.positions], self.sweep.volumes
 
     @cached_property
     def importances(self) -> dict[str, dict[str, float]]:

@@ -26,6 +26,7 @@ from sqlalchemy.engine import make_url
 
 from dashboard import figures, layout
 from dashboard.analysis import StudyView, filter_trials, final_hypervolume, sort_trials
+from dashboard.data import StudyInfo as _Info
 from dashboard.data import (
     fingerprint,
     list_studies,
@@ -36,7 +37,6 @@ from dashboard.data import (
     study_info,
     study_names,
 )
-from dashboard.data import StudyInfo as _Info
 from nas.errors import NasError
 from studies.storage import resolve_storage_url
 
@@ -126,7 +126,9 @@ def create_app(storage_url: str | None = None, *, refresh_seconds: float = 5.0) 
     """
     reader = _Reader(storage_url)  # type: ignore[arg-type]
     import studies.export  # noqa: F401  (imported now, not on the first page: it loads timm)
-    app = dash.Dash(__name__, title="nas dashboard", update_title=None,
+
+    figures.warm_up()
+    app = dash.Dash(__name__, title="nas dashboard", update_title="",
                     suppress_callback_exceptions=True)
     refresh_ms = int(refresh_seconds * 1000)
     app.layout = layout.shell(reader.label, refresh_ms)

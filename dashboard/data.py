@@ -355,7 +355,7 @@ def fingerprint(engine: Engine, study_id: int, name: str) -> str:
                    .where(t.c.study_id == study_id, t.c.state == "RUNNING").scalar_subquery())
         steps = conn.execute(sa.select(sa.func.count()).select_from(_intermediate)
                              .where(_intermediate.c.trial_id.in_(running))).scalar()
-        epochs = 0
+        epochs: int | None = 0
         if sa.inspect(conn).has_table(epochs_table.name):
             epochs = conn.execute(sa.select(sa.func.count()).select_from(epochs_table)
                                   .where(epochs_table.c.study_name == name)).scalar()
@@ -484,7 +484,7 @@ def _external(internal: pd.Series, dist: BaseDistribution) -> pd.Series:
     present = ~np.isnan(values)
     out = np.full(len(values), None, dtype=object)
     if isinstance(dist, CategoricalDistribution):
-        choices = np.array(list(dist.choices) + [None], dtype=object)
+        choices = np.array([*dist.choices, None], dtype=object)
         out[present] = choices[values[present].astype(int)]
     else:
         out[present] = [dist.to_external_repr(float(v)) for v in values[present]]

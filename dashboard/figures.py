@@ -35,6 +35,7 @@ __all__ = [
     "pareto_2d",
     "pareto_3d",
     "text",
+    "warm_up",
 ]
 
 #: From this many points on, scatter plots draw with WebGL (SVG slows down past a few thousand).
@@ -100,19 +101,18 @@ def _column_text(column: pd.Series) -> np.ndarray:
     return out
 
 
-def _hover(df: pd.DataFrame, data: StudyData, header: str) -> tuple[np.ndarray, str]:
-    """Per-point ``customdata`` (trial number first, then status and reason, objective values
-    and knobs, as escaped text) and the ``hovertemplate`` that shows it: the names appear once
-    in the template instead of once per point."""
+def _hover(df: pd.DataFrame, data: StudyData, header: str) -> list[str]:
+    """One hover label per row: trial number, status and reason, objective values and knobs,
+    all escaped. (Plain per-point strings: plotly copies a 2-D ``customdata`` of strings element
+    by element, which costs more than the repeated names.)"""
     columns = [c for c in data.objectives if c in df] + list(data.knobs)
-    status = [text(s) + (f": {text(r[:120])}" if isinstance(r, str) and r else "")
-              for s, r in zip(df.status, df.reason, strict=True)]
-    parts = [df.number.to_numpy(dtype=object), np.array(status, dtype=object)]
-    parts += [_column_text(df[c]) for c in columns]
-    customdata = np.stack(parts, axis=1) if len(df) else np.empty((0, len(parts)), dtype=object)
-    lines = [f"<b>trial %{{customdata[0]}}</b> {header}%{{customdata[1]}}"]
-    lines += [f"{text(c)} = %{{customdata[{i + 2}]}}" for i, c in enumerate(columns)]
-    return customdata, "<br>".join(lines) + "<extra></extra>"
+    names = [text(c) for c in columns]
+    status = [f"<b>trial {n}</b> {header}{text(s)}"
+              + (f"<br>{text(r[:120])}" if isinstance(r, str) and r else "")
+              for n, s, r in zip(df.number, df.status, df.reason, strict=True)]
+    cells = [[f"{name} = {value}" for value in _column_text(df[column])]
+             for name, column in zip(names, columns, strict=True)]
+    return ["<br>".join(row) for row in zip(status, *cells, strict=True)]
 
 
 def _axis_values(df: pd.DataFrame, name: str) -> pd.Series:
@@ -182,9 +182,10 @@ def pareto_2d(data: StudyData, x: str, y: str, front: np.ndarray) -> go.Figure:
         px, py = _points(df, (x, y), directions, complete)
         all_x.append(px)
         all_y.append(py)
-        customdata, template = _hover(df, data, "not trained: " if "rejected" in name else "")
+        labels = _hover(df, data, "not trained: " if "rejected" in name else "")
         fig.add_trace(scatter(x=px, y=py, mode="markers", name=name, marker=marker,
-                              customdata=customdata, hovertemplate=template))
+                              customdata=df.number.to_numpy(), hovertext=labels,
+                              hoverinfo="text"))
     for axis, values, add in (("x", all_x, fig.add_vline), ("y", all_y, fig.add_hline)):
         name = x if axis == "x" else y
         limit = data.info.constraints.get(f"{name}_max")
@@ -213,11 +214,11 @@ def pareto_3d(data: StudyData, front: np.ndarray) -> go.Figure:
                          "zaxis_title": text(axes[2])})
     for name, df, marker in _scatter_groups(data, front):
         px, py, pz = _points(df, axes, directions, complete)
-        customdata, template = _hover(df, data, "not trained: " if "rejected" in name else "")
+        labels = _hover(df, data, "not trained: " if "rejected" in name else "")
         fig.add_trace(go.Scatter3d(
             x=px, y=py, z=pz, mode="markers", name=name,
             marker={**marker, "size": max(2, marker["size"] // 2)},
-            customdata=customdata, hovertemplate=template))
+            customdata=df.number.to_numpy(), hovertext=labels, hoverinfo="text"))
     return fig
 
 
@@ -398,3 +399,18 @@ def epoch_curves(epochs: Sequence[Mapping[str, Any]],
                                  name="intermediate value", mode="lines+markers"))
     fig.update_layout(**{**_LAYOUT, "xaxis_title": "epoch", "height": 320})
     return fig
+
+
+def warm_up() -> None:
+    """Build and serialise one small figure of each kind: plotly creates its validators on first
+    use (a second or more in all), which a server should pay at start, not on its first page."""
+    import plotly.io.json
+
+    fig = make_subplots(rows=1, cols=2, specs=[[{"secondary_y": True}, {}]])
+    for trace in (go.Scatter(x=[0]), go.Scattergl(x=[0]), go.Bar(x=[0]), go.Box(y=[0])):
+        fig.add_trace(trace, row=1, col=1)
+    fig.add_vline(0)
+    for figure in (fig, go.Figure(go.Scatter3d(x=[0], y=[0], z=[0])),
+                   go.Figure(go.Parcoords(dimensions=[{"values": [0]}]))):
+        figure.update_layout(**_LAYOUT)
+        plotly.io.json.to_json_plotly(figure)

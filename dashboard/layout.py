@@ -11,10 +11,11 @@ import math
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
-from dash import dash_table, dcc, html
+from dash import dcc, html
+from dash.dash_table.DataTable import DataTable
 
 from dashboard.data import StudyData, StudyInfo
 
@@ -196,8 +197,8 @@ def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequen
                           "= rejected)."),
                 html.Button("Download CSV", id=CSV_BUTTON, style=_BUTTON),
                 dcc.Download(id=CSV_DOWNLOAD)]),
-            dash_table.DataTable(
-                id=TABLE, columns=table_columns(data), data=[], page_current=0,
+            DataTable(
+                id=TABLE, columns=cast(Any, table_columns(data)), data=[], page_current=0,
                 page_size=PAGE_SIZE, page_action="custom", sort_action="custom",
                 sort_mode="multi", sort_by=[], filter_action="custom", filter_query="",
                 markdown_options={"link_target": "_self", "html": False},

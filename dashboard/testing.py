@@ -46,10 +46,10 @@ def components(tree: Any) -> Iterator[dict[str, Any]]:
     if isinstance(tree, dict):
         if "props" in tree and "type" in tree:
             yield tree
-            yield from components(tree["props"].get("children"))
-            for value in tree["props"].values():
-                if isinstance(value, (dict, list)) and value is not tree["props"].get("children"):
-                    yield from components(value)
+            tree = tree["props"]
+        for value in tree.values():
+            if isinstance(value, (dict, list)):
+                yield from components(value)
     elif isinstance(tree, list):
         for item in tree:
             yield from components(item)

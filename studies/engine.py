@@ -396,9 +396,12 @@ def run_study(
     geometry used for costs (otherwise the one stored with the study, else the task is built).
     """
     spec = run.spec
+    close_interrupted(run)
+    with session(run.storage.url):
+        if counted_trials(run.study.get_trials(deepcopy=False)) >= spec.budget.trials:
+            return run  # a finished study: nothing to start Ray for
     if evaluator is None and spec.evaluator:
         evaluator = _load_evaluator(spec.evaluator)
-    close_interrupted(run)
     run.geometry = geometry or run.geometry or _task_geometry(spec)
     if "nas.geometry" not in run.study.user_attrs:
         with session(run.storage.url):

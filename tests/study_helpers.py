@@ -1,27 +1,31 @@
-"""Fake evaluators and small study files for the study-engine tests.
+"""Fake evaluators, small study files and fixtures for the study-engine tests.
 
 The evaluators have the signature of ``studies.worker.evaluate_trial`` and run inside Ray
 workers, which import them by module name (``study_helpers``): :data:`TESTS_DIR` must be on the
-workers' ``PYTHONPATH`` (:func:`worker_env` puts it there before Ray starts). Their results are
-deterministic functions of the architecture, so tests can predict them.
+workers' ``PYTHONPATH`` (:func:`worker_env` puts it there before Ray starts; a subprocess gets it
+from :func:`subprocess_env`). Their results are deterministic functions of the architecture and
+its settings, so tests can predict them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import optuna
+import pytest
 import yaml
 
 TESTS_DIR = Path(__file__).resolve().parent
 ROOT = TESTS_DIR.parent
-NAS = str(Path(sys.executable).with_name("nas"))
+NAS = [sys.executable, "-m", "nas_cli.main"]  # the `nas` command of this venv
 
 # A vit space on `digits` small enough that a study re-samples architectures: 2 x 2 x 2 = 8.
 SMALL_SPACE: dict[str, Any] = {
@@ -31,17 +35,48 @@ SMALL_SPACE: dict[str, Any] = {
     "arch": {"groups": {"choices": [1, 2]}, "group_ffn": {"choices": [False, True]},
              "attention_sharing": {"choices": ["none", "kv"]}},
 }
-# NaN for this width: the fake evaluator reports the failure the trainer would.
-NAN_GROUPS = 2
+
+Report = Callable[[dict[str, Any]], bool] | None
 
 
+# ----------------------------------------------------------------------------- environment
 def worker_env() -> None:
     """Let Ray workers started from now on import this module."""
-    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(TESTS_DIR) not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS_DIR), *filter(None, paths)])
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS_DIR), *paths])
 
 
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment of a `nas` subprocess whose study names an evaluator here."""
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), *paths]), **extra}
+    env.pop("RAY_ADDRESS", None)
+    env.pop("NAS_STORAGE", None)
+    return env
+
+
+def start_ray() -> None:
+    """A local Ray runtime with 2 CPUs, shared by the tests (started on first use)."""
+    import ray
+
+    worker_env()
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR,
+                 log_to_driver=False)
+    # Were Ray started elsewhere without our PYTHONPATH, workers could not import the
+    # evaluators by name: send them by value.
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture()
+def ray_local() -> Iterator[None]:
+    """:func:`start_ray` for one test."""
+    start_ray()
+    yield
+
+
+# ----------------------------------------------------------------------------- study files
 def study_dict(name: str, **overrides: Any) -> dict[str, Any]:
     """A study on `digits` over :data:`SMALL_SPACE`, with ``overrides`` on top."""
     data: dict[str, Any] = {
@@ -60,68 +95,79 @@ def write_study(path: Path, name: str, **overrides: Any) -> Path:
     return path
 
 
-def fake_value(arch: dict[str, Any], epoch: int) -> float:
-    """A made-up accuracy in [0.5, 0.9), stable per architecture, rising with the epoch."""
-    digest = hashlib.sha1(json.dumps(arch, sort_keys=True).encode()).digest()
-    return 0.5 + 0.3 * digest[0] / 256 + 0.01 * epoch
+def load(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
+    """The study's trials, read with Optuna alone."""
+    return optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
 
 
-def _fake(arch: dict[str, Any], settings: dict[str, Any],
-          report: Callable[[dict[str, Any]], bool] | None, *, sleep: float = 0.0,
-          nan: bool = False) -> dict[str, Any]:
+def result_key(trial: optuna.trial.FrozenTrial) -> str:
+    """What decides a training's result: architecture and settings."""
+    return json.dumps([trial.user_attrs["nas.arch_id"], trial.user_attrs["nas.train"]],
+                      sort_keys=True)
+
+
+def read_log(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# ----------------------------------------------------------------------------- evaluators
+def fake_value(arch: dict[str, Any], settings: dict[str, Any], epoch: int) -> float:
+    """A made-up accuracy in [0.5, 0.9), stable per architecture and settings, rising with the
+    epoch."""
+    blob = json.dumps([arch, {k: v for k, v in settings.items() if k != "epochs"}],
+                      sort_keys=True)
+    return 0.5 + 0.3 * hashlib.sha1(blob.encode()).digest()[0] / 256 + 0.01 * epoch
+
+
+def _fake(arch: dict[str, Any], settings: dict[str, Any], report: Report, *,
+          sleep: float = 0.0, nan: bool = False, log: str | None = None) -> dict[str, Any]:
     epochs: list[dict[str, Any]] = []
     status, reason = "completed", None
     for epoch in range(1, int(settings["epochs"]) + 1):
         time.sleep(sleep)
-        if nan and arch.get("groups") == NAN_GROUPS:
+        if nan and arch.get("group_ffn"):
             status, reason = "failed", f"loss became nan at epoch {epoch}, step 3"
             break
         row = {"epoch": epoch, "train_loss": 1.0 / epoch, "metric": "accuracy",
-               "value": fake_value(arch, epoch), "lr": 1e-3, "seconds": sleep, "extra": {}}
+               "value": fake_value(arch, settings, epoch), "lr": 1e-3, "seconds": sleep,
+               "extra": {}}
         epochs.append(row)
         if report is not None and report(row):
             status = "stopped"
             break
-    if os.environ.get("NAS_FAKE_LOG"):  # which trainings really ran, across processes
-        with open(os.environ["NAS_FAKE_LOG"], "a") as log:
-            log.write(json.dumps({"arch": arch, "settings": settings, "status": status}) + "\n")
+    log = log or os.environ.get("NAS_FAKE_LOG")
+    if log:  # which trainings really ran, across processes
+        with open(log, "a") as out:
+            out.write(json.dumps({"arch": arch, "settings": settings, "status": status}) + "\n")
     return {"status": status, "reason": reason, "value": epochs[-1]["value"] if epochs else 0.0,
             "epochs": epochs, "seconds": sleep * len(epochs), "samples_per_second": 0.0,
             "metric": "accuracy"}
 
 
 def instant(arch: dict[str, Any], settings: dict[str, Any], task: str,
-            task_options: dict[str, Any], *, latency: bool = False,
-            report: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
-    """Return at once: the per-epoch values of :func:`fake_value`."""
-    return _fake(arch, settings, report)
+            task_options: dict[str, Any], *, latency: bool = False, report: Report = None,
+            log: str | None = None) -> dict[str, Any]:
+    """Return at once with the per-epoch values of :func:`fake_value`; ``log`` (a file, or
+    ``$NAS_FAKE_LOG``) records each call."""
+    return _fake(arch, settings, report, log=log)
+
+
+def chaos(arch: dict[str, Any], settings: dict[str, Any], task: str,
+          task_options: dict[str, Any], *, latency: bool = False, report: Report = None,
+          log: str | None = None) -> dict[str, Any]:
+    """Like :func:`instant` but for the networks with a grouped FFN: without attention sharing
+    their loss turns NaN (the result the trainer returns then), with it the evaluator raises
+    (a bug in a user's trainer)."""
+    if arch.get("group_ffn") and arch.get("attention_sharing") != "none":
+        raise ValueError("boom: the trainer crashed")
+    return _fake(arch, settings, report, nan=bool(arch.get("group_ffn")), log=log)
 
 
 def slow(arch: dict[str, Any], settings: dict[str, Any], task: str,
-         task_options: dict[str, Any], *, latency: bool = False,
-         report: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
-    """Like :func:`instant`, one second per epoch (a driver can be killed meanwhile)."""
-    return _fake(arch, settings, report, sleep=float(os.environ.get("NAS_FAKE_SLEEP", "1.0")))
-
-
-def nan_grouped(arch: dict[str, Any], settings: dict[str, Any], task: str,
-                task_options: dict[str, Any], *, latency: bool = False,
-                report: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
-    """Like :func:`instant`, but the loss of every grouped architecture turns NaN."""
-    return _fake(arch, settings, report, nan=True)
-
-
-def noop(arch: dict[str, Any], settings: dict[str, Any], task: str,
-         task_options: dict[str, Any], *, latency: bool = False,
-         report: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
-    """The trivial objective of the overhead benchmark: a completed trial, no epochs."""
-    return {"status": "completed", "value": fake_value(arch, 0), "epochs": [], "seconds": 0.0}
-
-
-def boom(arch: dict[str, Any], settings: dict[str, Any], task: str,
-         task_options: dict[str, Any], *, latency: bool = False,
-         report: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
-    """An evaluator that raises for grouped architectures (a bug in a user's trainer)."""
-    if arch.get("groups", 1) > 1:
-        raise ValueError("boom: the trainer crashed")
-    return _fake(arch, settings, report)
+         task_options: dict[str, Any], *, latency: bool = False, report: Report = None,
+         log: str | None = None) -> dict[str, Any]:
+    """Like :func:`instant`, ``$NAS_FAKE_SLEEP`` seconds (default 1) per epoch."""
+    return _fake(arch, settings, report, sleep=float(os.environ.get("NAS_FAKE_SLEEP", "1.0")),
+                 log=log)

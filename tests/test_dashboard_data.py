@@ -1,0 +1,505 @@
+"""The dashboard's data, analysis and figure functions on an engine-shaped study, and its app
+in-process (Flask's test client).
+
+The study (``dashboard_helpers.write_engine_study``) has completed, early-stopped, rejected,
+failed and running trials with every ``nas.*`` attribute and per-epoch rows; what the dashboard
+computes is checked against Optuna's own answers (``best_trials``), ``studies.pareto`` and
+brute-force computations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import itertools
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+import pandas as pd
+import pytest
+import sqlalchemy as sa
+import yaml
+from dashboard_helpers import PLAN, EngineStudy, write_engine_study
+from optuna.trial import TrialState
+
+import studies.export._record as export_record
+from dashboard import create_app
+from dashboard.analysis import (
+    StudyView,
+    filter_trials,
+    final_hypervolume,
+    front_mask,
+    hypervolume_curve,
+    importances,
+    knob_groups,
+    omega_squared,
+    pareto_mask,
+    pareto_sweep,
+    sort_trials,
+)
+from dashboard.data import (
+    StudyData,
+    StudyInfo,
+    fingerprint,
+    list_studies,
+    load_study,
+    load_trial,
+    open_readonly,
+    readonly_optuna_storage,
+    study_info,
+)
+from dashboard.figures import (
+    compare_fronts,
+    cost_parts,
+    empty,
+    epoch_curves,
+    hypervolume_history,
+    importance,
+    knob_effect,
+    parallel_coordinates,
+    pareto_2d,
+    pareto_3d,
+)
+from dashboard.layout import study_href, trial_href
+from dashboard.testing import callback_body, first_render, post_callback
+from nas.config import ArchConfig
+from nas.errors import NasError
+from nas_cli.dashboard_cmd import register
+from studies.pareto import hypervolume_history as pareto_history
+from studies.pareto import nondominated_mask, to_minimization
+from studies.report import study_status
+from studies.storage import StorageError
+
+EVIL = "<script>alert(1)</script>"
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> EngineStudy:
+    path = tmp_path_factory.mktemp("dash") / "studies.db"
+    made = write_engine_study(f"sqlite:///{path}")
+    # A second study, made with Optuna alone (no nas.* attributes), with a hostile name.
+    storage = optuna.storages.RDBStorage(made.url)
+    other = optuna.create_study(storage=storage, study_name=EVIL,
+                                directions=["maximize", "minimize"])
+    other.set_user_attr("nas.objectives", ["accuracy", "params"])
+    for i in range(4):
+        other.add_trial(optuna.trial.create_trial(
+            params={"groups": [1, 2][i % 2], "note": ["<b>x</b>", "y"][i % 2]},
+            distributions={"groups": optuna.distributions.CategoricalDistribution([1, 2]),
+                           "note": optuna.distributions.CategoricalDistribution(
+                               ["<b>x</b>", "y"])},
+            values=[0.5 + 0.1 * i, 20000.0 - 1000 * i * i], user_attrs={"nas.status": EVIL}))
+    storage.engine.dispose()
+    return made
+
+
+@pytest.fixture(scope="module")
+def engine(study: EngineStudy) -> sa.Engine:
+    return open_readonly(study.url)
+
+
+@pytest.fixture(scope="module")
+def view(study: EngineStudy, engine: sa.Engine) -> StudyView:
+    return StudyView(load_study(engine, study_info(engine, study.name)))
+
+
+@pytest.fixture(scope="module")
+def optuna_study(study: EngineStudy) -> optuna.Study:
+    return optuna.load_study(study_name=study.name, storage=study.url)
+
+
+def _db_digest(url: str) -> str:
+    path = Path(sa.make_url(url).database or "")
+    digest = hashlib.sha256()
+    for part in (path, path.with_name(path.name + "-wal")):
+        if part.exists():
+            digest.update(part.read_bytes())
+    return digest.hexdigest()
+
+
+# ----------------------------------------------------------------------------- storage
+def test_engine_cannot_write(study: EngineStudy, engine: sa.Engine) -> None:
+    with pytest.raises(sa.exc.OperationalError, match="readonly"), engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM trials"))
+    storage = readonly_optuna_storage(study.url)
+    with pytest.raises((sa.exc.OperationalError, optuna.exceptions.StorageInternalError)):
+        storage.set_study_user_attr(storage.get_study_id_from_name(study.name), "x", 1)
+
+
+def test_unusable_storage_is_one_line_error(tmp_path: Path) -> None:
+    with pytest.raises(StorageError, match="does not exist"):
+        open_readonly(f"sqlite:///{tmp_path / 'missing.db'}")
+    assert not (tmp_path / "missing.db").exists()
+    sqlite3.connect(tmp_path / "other.db").execute("CREATE TABLE t (x)").connection.close()
+    with pytest.raises(StorageError, match="no Optuna studies"):
+        open_readonly(f"sqlite:///{tmp_path / 'other.db'}")
+    with pytest.raises(StorageError, match="not an SQLAlchemy URL"):
+        open_readonly("no-such-scheme")
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    optuna.storages.RDBStorage(empty).engine.dispose()
+    with pytest.raises(StorageError, match="Unknown study 'nope'; studies in this database: "
+                                           "none"):
+        study_info(open_readonly(empty), "nope")
+
+
+def test_reads_while_a_writer_holds_the_lock(study: EngineStudy, engine: sa.Engine) -> None:
+    """WAL: the dashboard reads (the last committed state) while the driver writes."""
+    info = study_info(engine, study.name)
+    before = fingerprint(engine, info.study_id, info.name)
+    writer = sqlite3.connect(sa.make_url(study.url).database or "", timeout=1)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("INSERT INTO nas_epochs (study_name, trial_number, epoch, value) "
+                       "VALUES (?, 9, 3, 0.5)", (study.name,))
+        assert fingerprint(engine, info.study_id, info.name) == before
+        assert len(load_study(engine, info).trials) == len(PLAN)
+        writer.rollback()
+    finally:
+        writer.close()
+    assert fingerprint(engine, info.study_id, info.name) == before
+
+
+# ----------------------------------------------------------------------------- data
+def test_load_study_matches_optuna(view: StudyView, optuna_study: optuna.Study) -> None:
+    df = view.data.trials.set_index("number")
+    assert list(view.data.objectives) == ["accuracy", "params", "madds"]
+    assert set(view.data.knobs) == {"groups", "group_ffn", "attention_sharing", "lr"}
+    for t in optuna_study.trials:
+        row = df.loc[t.number]
+        assert row.state == t.state.name.lower()
+        assert row.status == t.user_attrs.get("nas.status", t.state.name.lower())
+        assert row.reason == t.user_attrs.get("nas.reason")
+        assert row.arch_id == t.user_attrs["nas.arch_id"]
+        assert row.cost_params == t.user_attrs["nas.cost"]["params"]
+        for name in view.data.knobs:
+            value = row[name]
+            assert (value == t.params[name]) if name in t.params else value is None
+        if t.state == TrialState.COMPLETE:
+            assert [row.accuracy, row.params, row.madds] == t.values
+        else:
+            assert np.isnan([row.accuracy, row.params, row.madds]).all()
+    statuses = view.counts
+    assert statuses == {"completed": 6, "rejected": 1, "stopped": 1, "failed": 1, "running": 1}
+
+
+def test_front_is_optunas_best_trials(view: StudyView, optuna_study: optuna.Study) -> None:
+    ours = set(view.complete.number[view.front])
+    assert ours == {t.number for t in optuna_study.best_trials} == {1, 6}
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_front_and_hypervolume_equal_studies_pareto(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, m = int(rng.integers(1, 80)), int(rng.integers(2, 4))
+    values = (rng.integers(0, 5, (n, m)).astype(float) if seed % 2  # ties and duplicates
+              else rng.random((n, m)))
+    directions = list(rng.choice(["minimize", "maximize"], m))
+    expected = nondominated_mask(to_minimization(values, directions))
+    assert (front_mask(values, directions) == expected).all()
+    assert (pareto_mask(to_minimization(values, directions)) == expected).all()
+    history = pareto_history(values.tolist(), directions)
+    assert hypervolume_curve(values, directions) == (list(range(n)), history)
+    sweep = pareto_sweep(values, directions, max_points=7)
+    assert sweep.volumes == [history[i] for i in sweep.positions]
+    assert sweep.positions[-1] == n - 1 and (sweep.front == expected).all()
+    assert final_hypervolume(values, directions) == history[-1]
+
+
+def _brute_force_hypervolume(points: np.ndarray, ref: np.ndarray) -> float:
+    """Volume dominated by ``points`` (minimisation) below ``ref``: the grid cells between
+    consecutive coordinates, each counted if some point is at or below its lower corner."""
+    axes = [np.unique(np.append(points[:, k], ref[k])) for k in range(points.shape[1])]
+    total = 0.0
+    for cell in itertools.product(*(range(len(a) - 1) for a in axes)):
+        low = np.array([a[i] for a, i in zip(axes, cell, strict=True)])
+        high = np.array([a[i + 1] for a, i in zip(axes, cell, strict=True)])
+        if np.any(np.all(points <= low, axis=1)):
+            total += float(np.prod(high - low))
+    return total
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_hypervolume_against_brute_force(seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    n, m = int(rng.integers(1, 10)), int(rng.integers(2, 4))
+    values = rng.random((n, m))
+    directions = list(rng.choice(["minimize", "maximize"], m))
+    points = to_minimization(values, directions)
+    low, high = points.min(axis=0), points.max(axis=0)
+    scaled = (points - low) / np.where(high > low, high - low, 1.0)
+    expected = _brute_force_hypervolume(scaled, np.full(m, 1.1))
+    assert final_hypervolume(values, directions) == pytest.approx(expected, rel=1e-12)
+    curve = hypervolume_curve(values, directions)[1]
+    assert curve[-1] == pytest.approx(expected, rel=1e-12)
+    assert all(b >= a for a, b in itertools.pairwise(curve))
+
+
+def test_study_hypervolume_equals_nas_status(study: EngineStudy, view: StudyView) -> None:
+    status = study_status(study.name, study.url)
+    assert view.hypervolume == status["hypervolume"]
+    numbers, volumes = view.curve
+    assert numbers == [int(n) for n in view.complete.number]
+    assert volumes[-1] == status["hypervolume"]
+
+
+def test_importance_for_each_objective(view: StudyView) -> None:
+    scores = importances(view.data)
+    assert set(scores) == {"accuracy", "params", "madds"}
+    for per_knob in scores.values():
+        assert set(per_knob) == set(view.data.knobs)
+        assert all(0.0 <= v <= 1.0 for v in per_knob.values())
+    # params depend on the architecture only: the learning rate explains none of them.
+    assert scores["params"]["lr"] == 0.0
+    assert max(scores["params"].values()) > 0.3
+
+
+def test_importance_finds_the_knob_that_matters() -> None:
+    rng = np.random.default_rng(0)
+    n = 300
+    trials = pd.DataFrame({
+        "number": range(n), "state": "complete", "status": "completed",
+        "a": rng.choice([1, 2, 4], n).astype(object), "b": rng.choice([True, False], n),
+        "c": rng.random(n).astype(object)})
+    trials["loss"] = trials.a.astype(float) * 3 + rng.normal(0, 0.5, n)
+    info = StudyInfo(1, "synthetic", ("loss",), ("minimize",))
+    data = StudyData(info, trials, {"a": "a", "b": "b", "c": "c"}, {})
+    scores = importances(data)["loss"]
+    assert scores["a"] > 0.8 and scores["b"] < 0.05 and scores["c"] < 0.05
+
+
+def test_omega_squared_by_hand() -> None:
+    values = np.array([1.0, 2.0, 3.0, 7.0, 8.0, 9.0])
+    groups = np.array(["x", "x", "x", "y", "y", "y"])
+    # SS_total 58, SS_between 54, MS_within 4 / (6 - 2) = 1: (54 - 1 * 1) / (58 + 1)
+    assert omega_squared(values, groups) == pytest.approx(53 / 59)
+    assert omega_squared(values, np.array(["x"] * 6)) == 0.0
+    column = pd.Series([1, None, 2, 2], dtype=object)
+    assert list(knob_groups(column)) == ["1", "not drawn", "2", "2"]
+
+
+def test_list_studies(study: EngineStudy, engine: sa.Engine) -> None:
+    infos, frame = list_studies(engine)
+    assert [i.name for i in infos] == [study.name, EVIL]
+    row = frame.set_index("name").loc[study.name]
+    assert (row.trials, row.complete, row.pruned, row.failed, row.rejected, row.running) == (
+        10, 6, 1, 1, 1, 1)
+    assert row.task == "digits"
+    assert infos[1].objectives == ("accuracy", "params")
+
+
+def test_load_trial(study: EngineStudy, engine: sa.Engine,
+                    optuna_study: optuna.Study) -> None:
+    info = study_info(engine, study.name)
+    trial = load_trial(engine, info, 1)
+    frozen = optuna_study.trials[1]
+    assert trial["arch"] == frozen.user_attrs["nas.arch"]
+    assert trial["cost"] == frozen.user_attrs["nas.cost"]
+    assert trial["params"] == frozen.params
+    assert [e["epoch"] for e in trial["epochs"]] == [1, 2, 3]
+    assert [v for _, v in trial["intermediate"]] == [
+        frozen.intermediate_values[s] for s in sorted(frozen.intermediate_values)]
+    assert trial["values"] == dict(zip(info.objectives, frozen.values, strict=True))
+    rejected = load_trial(engine, info, 0)
+    assert rejected["status"] == "rejected" and "params_max" in rejected["reason"]
+    with pytest.raises(StorageError, match="trials are 0-9"):
+        load_trial(engine, info, 10)
+
+
+def test_table_filter_and_sort(view: StudyView) -> None:
+    table = view.table
+    assert list(table.number[table.pareto == "yes"]) == [1, 6]
+    assert set(filter_trials(table, "{accuracy} > 0.7").number) == {1, 2, 4}
+    assert set(filter_trials(table, '{status} contains "rej"').number) == {0}
+    assert set(filter_trials(table, "{groups} = 1 && {accuracy} s< 0.7").number) == {8}
+    assert set(filter_trials(table, "{nope} > 1").number) == set(range(10))
+    ordered = sort_trials(table, [{"column_id": "accuracy", "direction": "desc"}])
+    assert list(ordered.number[:3]) == [1, 4, 2]
+    assert ordered.accuracy.iloc[-1:].isna().all()  # missing values last
+
+
+# ----------------------------------------------------------------------------- figures
+def _points(fig: Any) -> dict[str, int]:
+    return {t.name.split(" (")[0]: len(t.x) for t in fig.data}
+
+
+def test_pareto_figures(view: StudyView) -> None:
+    fig = pareto_2d(view.data, "params", "accuracy", view.front)
+    assert _points(fig) == {"dominated": 4, "Pareto-optimal": 2, "rejected by a constraint": 1}
+    front = fig.data[1]
+    assert sorted(front.customdata) == [1, 6]
+    assert all("trial" in label and "groups = " in label for label in front.hovertext)
+    limit = [s for s in fig.layout.shapes if s.line.dash == "dash"]
+    assert len(limit) == 1  # params_max
+    rejected = fig.data[2]
+    assert rejected.y[0] == view.complete.accuracy.min()  # never trained: at the worst value
+    fig3 = pareto_3d(view.data, view.front)
+    assert _points(fig3) == _points(fig)
+    assert fig3.layout.scene.xaxis.title.text == "accuracy"
+
+
+def test_other_figures(view: StudyView, engine: sa.Engine, study: EngineStudy) -> None:
+    numbers, volumes = view.curve
+    hv = hypervolume_history(numbers, volumes)
+    assert list(hv.data[0].y) == volumes
+    parcoords = parallel_coordinates(view.data)
+    assert [d.label for d in parcoords.data[0].dimensions] == [*view.data.knobs,
+                                                                *view.data.objectives]
+    bars = importance(view.importances)
+    assert [b.name for b in bars.data] == ["accuracy", "params", "madds"]
+    effect = knob_effect(view.data, "groups", "accuracy")
+    assert [b.name for b in effect.data] == ["1", "2"]
+    assert sum(len(b.y) for b in effect.data) == len(view.complete)
+    other = StudyView(load_study(engine, study_info(engine, EVIL)))
+    both = compare_fronts([view.data, other.data], "params", "accuracy")
+    assert len(both.data) == 4
+    assert all("<script>" not in t.name for t in both.data)
+    trial = load_trial(engine, study_info(engine, study.name), 1)
+    parts = cost_parts(trial["cost"])
+    assert sum(parts.data[0].y) == trial["cost"]["params"]
+    curves = epoch_curves(trial["epochs"], trial["intermediate"])
+    assert list(curves.data[0].x) == [1, 2, 3]
+    assert empty("<b>no</b>").layout.annotations[0].text == "&lt;b&gt;no&lt;/b&gt;"
+
+
+def test_hostile_strings_are_escaped_in_figures(engine: sa.Engine) -> None:
+    other = StudyView(load_study(engine, study_info(engine, EVIL)))
+    fig = pareto_2d(other.data, "params", "accuracy", other.front)
+    labels = [label for trace in fig.data for label in trace.hovertext]
+    assert labels and all("<script>" not in x and "<b>x</b>" not in x for x in labels)
+    assert any("&lt;script&gt;" in x for x in labels)
+    assert any("&lt;b&gt;x&lt;/b&gt;" in x for x in labels)
+
+
+# ----------------------------------------------------------------------------- the app
+@pytest.fixture(scope="module")
+def app(study: EngineStudy) -> Any:
+    return create_app(study.url, refresh_seconds=1)
+
+
+def test_study_page_first_render(app: Any, study: EngineStudy) -> None:
+    before = _db_digest(study.url)
+    client = app.server.test_client()
+    results = first_render(client, app, study_href(study.name))
+    assert [r.status for r in results] == [200] * len(results)
+    rendered = {r.output.split(".")[0] for r in results}
+    assert {"page", "study-summary", "pareto-2d", "pareto-3d", "hypervolume", "parcoords",
+            "importance", "effect", "compare"} <= rendered
+    pareto = next(r for r in results if r.output == "pareto-2d.figure")
+    traces = pareto.response["response"]["pareto-2d"]["figure"]["data"]
+    assert [_length(t["x"]) for t in traces] == [4, 2, 1]
+    table = next(r for r in results if "trial-table" in r.output)
+    rows = table.response["response"]["trial-table"]["data"]
+    assert len(rows) == 10 and rows[1]["number"] == f"[1]({trial_href(study.name, 1)})"
+    assert _db_digest(study.url) == before
+
+
+def _length(array: Any) -> int:
+    """Points in a serialised plotly array (a list, or a base64 typed array)."""
+    if isinstance(array, dict):
+        itemsize = np.dtype(array["dtype"]).itemsize
+        return len(base64.b64decode(array["bdata"])) // itemsize
+    return len(array)
+
+
+def test_pages_of_a_hostile_name(app: Any) -> None:
+    client = app.server.test_client()
+    results = first_render(client, app, study_href(EVIL))
+    assert [r.status for r in results] == [200] * len(results)
+    body = json.dumps(results[0].response)
+    assert EVIL in body  # as text of a component (React escapes it), never as markup
+    assert "dangerously" not in body.lower()
+    studies = post_callback(client, callback_body(app, "studies-table.children",
+                                                  {"studies-tick.n_intervals": None}))
+    assert EVIL in json.dumps(studies.response)
+    missing = first_render(client, app, study_href("nope"))[0]
+    assert "Unknown study" in json.dumps(missing.response)
+    bad = first_render(client, app, "/study/x/trial/abc")[0]
+    assert "not a trial number" in json.dumps(bad.response)
+
+
+def test_trial_page_and_exports(app: Any, study: EngineStudy,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(export_record, "git_commit", lambda root=None: None)
+    before = _db_digest(study.url)
+    client = app.server.test_client()
+    page = first_render(client, app, trial_href(study.name, 1))
+    assert [r.status for r in page] == [200] * len(page)
+    body = json.dumps(page[-1].response)
+    assert "Trial " in body and "backbone" in body
+    store = {"trial.data": {"name": study.name, "number": 1}}
+    for fmt in ("yaml", "json", "hf-config", "timm"):
+        button = {"format": fmt, "type": "export"}
+        request = callback_body(app, "..trial-download", store,
+                                changed=json.dumps(button, separators=(",", ":")) + ".n_clicks")
+        request["inputs"][0] = [{"id": button, "property": "n_clicks", "value": 1}]
+        answer = post_callback(client, request)
+        assert answer.status == 200, answer
+        download = answer.response["response"]["trial-download"]["data"]
+        assert download["filename"].startswith("trial-1")
+        if fmt == "yaml":
+            doc = yaml.safe_load(download["content"])
+            assert ArchConfig.from_dict(doc["arch"]).arch_id == doc["provenance"]["arch_id"]
+    csv = post_callback(client, callback_body(app, "csv-download.data", {
+        "csv-button.n_clicks": 1, "study.data": {"name": study.name},
+        "trial-table.filter_query": "{status} = completed", "trial-table.sort_by": []}))
+    content = csv.response["response"]["csv-download"]["data"]["content"]
+    assert content.count("\n") == 1 + 6
+    pareto = post_callback(client, callback_body(app, "..pareto-download", {
+        "pareto-button.n_clicks": 1, "pareto-format.value": "json",
+        "study.data": {"name": study.name}}))
+    assert pareto.status == 200
+    assert pareto.response["response"]["pareto-download"]["data"]["base64"]
+    assert _db_digest(study.url) == before
+
+
+def test_live_refresh_sees_new_trials(app: Any, study: EngineStudy) -> None:
+    client = app.server.test_client()
+    first = first_render(client, app, study_href(study.name))[0]
+    store = next(c for c in _components(first.response) if c["props"].get("id") == "study")
+    data = store["props"]["data"]
+    same = post_callback(client, callback_body(app, "study.data", {
+        "study-tick.n_intervals": 1, "study.data": data}))
+    assert same.response["response"] == {}  # nothing changed: no update, nothing recomputed
+    writer = optuna.load_study(study_name=study.name, storage=study.url)
+    writer.add_trial(optuna.trial.create_trial(
+        params={"groups": 1, "attention_sharing": "kv", "lr": 0.002},
+        distributions=writer.trials[1].distributions, values=[0.9, 18026.0, 313792.0],
+        user_attrs={"nas.status": "completed"}))
+    changed = post_callback(client, callback_body(app, "study.data", {
+        "study-tick.n_intervals": 2, "study.data": data}))
+    assert changed.status == 200
+    new = changed.response["response"]["study"]["data"]
+    assert new["version"] != data["version"]
+    summary = post_callback(client, callback_body(app, "study-summary.children",
+                                                  {"study.data": new}))
+    assert "completed 7" in json.dumps(summary.response)
+
+
+def _components(response: Any) -> list[dict[str, Any]]:
+    from dashboard.testing import components
+
+    return list(components(response))
+
+
+# ----------------------------------------------------------------------------- the command
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nas")
+    register(parser.add_subparsers(dest="command"))
+    return parser
+
+
+def test_command_defaults_and_errors(tmp_path: Path) -> None:
+    args = _parser().parse_args(["dashboard"])
+    assert (args.host, args.port, args.storage) == ("127.0.0.1", 8050, None)
+    args = _parser().parse_args(["dashboard", "--storage", f"sqlite:///{tmp_path}/none.db"])
+    with pytest.raises(NasError, match="does not exist") as info:
+        args.func(args)
+    assert "\n" not in str(info.value)
+    args = _parser().parse_args(["dashboard", "--storage", "sqlite:////no/such/dir/x.db"])
+    with pytest.raises(NasError, match="does not exist"):
+        args.func(args)

@@ -1,0 +1,149 @@
+"""`nas run/resume/status/pareto` on bad input: exit code 2, one line on stderr, nothing written.
+
+No study here reaches Ray: every error is found before the first trial.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import study_helpers as h
+import yaml
+
+from nas.tasks import TaskGeometry
+from nas_cli.main import main as nas_main
+from studies import StudySpec, create_study
+
+GEOMETRY = TaskGeometry("digits", "image", 10, image_size=32, in_chans=1)
+
+
+def _nas(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    try:
+        code = nas_main(argv)
+    except SystemExit as exc:  # argparse usage errors
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    assert out == ""
+    return code, err
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:  # bound, then closed: nothing listens there now
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+BAD_STUDIES: list[tuple[dict[str, Any], str]] = [
+    ({"colour": "red"}, "'colour'"),
+    ({"budget": {"trials": "many"}}, "budget.trials"),
+    ({"budget": {"trials": 0}}, "budget.trials"),
+    ({"budget": {"trails": 4}}, "'trails'"),
+    ({"fidelity": {"epochs": 2.5}}, "fidelity.epochs"),
+    ({"objectives": [{"name": "speed"}]}, "'speed'"),
+    ({"objectives": [{"name": "params", "direction": "down"}]}, "'down'"),
+    ({"constraints": {"params_maximum": 5}}, "'params_maximum'"),
+    ({"sampler": {"name": "nsga2", "populaton_size": 8}}, "'populaton_size'"),
+    ({"sampler": {"name": "annealing"}}, "'annealing'"),
+    ({"space": {**h.SMALL_SPACE, "arch": {"colour": {"choices": [1, 2]}}}}, "'colour'"),
+    ({"space": "no_such_space"}, "'no_such_space'"),
+    ({"task": "mnist"}, "'mnist'"),
+    ({"task": {"name": "digits", "size": 16}}, "'size'"),
+    ({"resources": {"tpu": 1}}, "'tpu'"),
+    ({"evaluator": "not a function"}, "module:function"),
+    ({"evaluator": "no_such_module_here:evaluate"}, "'no_such_module_here'"),
+    ({"enqueue": ["no-such-preset"]}, "no-such-preset"),
+]
+
+
+@pytest.mark.parametrize(("change", "fragment"), BAD_STUDIES,
+                         ids=[f"{next(iter(c))}-{i}" for i, (c, _) in enumerate(BAD_STUDIES)])
+def test_a_bad_study_file_writes_nothing(change, fragment, tmp_path, capsys) -> None:
+    path = h.write_study(tmp_path / "bad.yaml", "bad", **change)
+    db = tmp_path / "studies.db"
+    code, err = _nas(["run", str(path), "--storage", f"sqlite:///{db}"], capsys)
+    assert code == 2
+    assert fragment in _one_line(err)
+    assert not db.exists()
+
+
+def test_a_malformed_or_missing_study_file(tmp_path, capsys) -> None:
+    db = tmp_path / "studies.db"
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: broken\nbudget: {trials: [4\n")
+    for path in (broken, tmp_path / "missing.yaml"):
+        code, err = _nas(["run", str(path), "--storage", f"sqlite:///{db}"], capsys)
+        assert code == 2 and path.name in _one_line(err)
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("command", ["run", "resume", "status", "pareto"])
+def test_unreachable_storage(command, tmp_path, capsys) -> None:
+    target = str(h.write_study(tmp_path / "s.yaml", "s")) if command == "run" else "s"
+    for url, fragment in [
+        (f"postgresql+psycopg://postgres@127.0.0.1:{_closed_port()}/nas", "127.0.0.1"),
+        (f"sqlite:///{tmp_path / 'no' / 'such' / 'folder' / 'x.db'}", "does not exist"),
+        ("nonsense://", "nonsense"),
+    ]:
+        code, err = _nas([command, target, "--storage", url], capsys)
+        assert code == 2 and fragment in _one_line(err), err
+    assert not (tmp_path / "no").exists()
+
+
+@pytest.fixture()
+def stored(tmp_path) -> str:
+    """A database holding the study `s` (no trials run)."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    create_study(StudySpec.from_dict(h.study_dict("s")), url, geometry=GEOMETRY)
+    return url
+
+
+@pytest.mark.parametrize("command", ["resume", "status", "pareto"])
+def test_an_unknown_study_name(command, stored, capsys) -> None:
+    code, err = _nas([command, "t", "--storage", stored], capsys)
+    line = _one_line(err)
+    assert code == 2 and "'t'" in line and "s" in line.split("studies in this database:")[1]
+
+
+def test_run_refuses_an_existing_name_and_a_changed_space(stored, tmp_path, capsys) -> None:
+    same = h.write_study(tmp_path / "same.yaml", "s")
+    code, err = _nas(["run", str(same), "--storage", stored], capsys)
+    assert code == 2 and "already exists" in _one_line(err) and "nas resume s" in err
+    space = {**h.SMALL_SPACE, "arch": {"groups": {"choices": [1, 2]}}}
+    changed = h.write_study(tmp_path / "changed.yaml", "s", space=space)
+    code, err = _nas(["run", str(changed), "--storage", stored], capsys)
+    assert code == 2 and "different search space" in _one_line(err)
+    assert len(optuna.get_all_study_summaries(stored)) == 1
+
+
+def test_resume_refuses_a_changed_space(stored, capsys) -> None:
+    study = optuna.load_study(study_name="s", storage=stored)
+    study.set_user_attr("nas.space_hash", "0123456789ab")  # as if a knob changed meaning
+    code, err = _nas(["resume", "s", "--storage", stored], capsys)
+    line = _one_line(err)
+    assert code == 2 and "0123456789ab" in line and "Start a new study" in line
+    assert optuna.load_study(study_name="s", storage=stored).trials == []
+
+
+def test_status_and_pareto_of_a_study_without_trials(stored, capsys) -> None:
+    assert nas_main(["status", "s", "--storage", stored, "--json"]) == 0
+    status = yaml.safe_load(capsys.readouterr().out)
+    assert status["counted"] == 0 and status["budget"] == 6 and status["hypervolume"] == 0.0
+    assert nas_main(["pareto", "s", "--storage", stored, "--json"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == []
+
+
+def test_stored_study_file_round_trips(stored) -> None:
+    attrs = optuna.load_study(study_name="s", storage=stored).user_attrs
+    assert StudySpec.from_dict(attrs["nas.spec"]) == StudySpec.from_dict(h.study_dict("s"))
+    assert attrs["nas.geometry"]["name"] == "digits" and Path(stored[10:]).exists()

@@ -1,0 +1,56 @@
+"""A study on a two-node Ray cluster on this machine: trials land on both nodes."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import study_helpers as h
+from optuna.trial import TrialState
+
+from nas.tasks import TaskGeometry
+from studies import StudySpec, counted_trials, create_study, run_study
+
+GEOMETRY = TaskGeometry("digits", "image", 10, image_size=32, in_chans=1)
+BASE = h.SMALL_SPACE["base"]
+
+
+@pytest.fixture()
+def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A head node and one worker node, one CPU each; Ray is shut down around it."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    h.worker_env()  # the nodes' workers import the evaluator by name (study key `evaluator`)
+    monkeypatch.setenv("NAS_FAKE_SLEEP", "0.2")
+    ray.shutdown()
+    cluster = Cluster(initialize_head=True,
+                      head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.mark.slow
+def test_trials_are_placed_on_both_nodes(cluster, tmp_path) -> None:
+    import ray
+
+    url = f"sqlite:///{tmp_path / 'cluster.db'}"
+    spec = StudySpec.from_dict(h.study_dict(
+        "cluster", budget={"trials": 6}, evaluator="study_helpers:slow",
+        enqueue=[{**BASE, "groups": 1}, {**BASE, "groups": 2, "group_ffn": True}]))
+    run = create_study(spec, url, geometry=GEOMETRY)
+    run_study(run, address=cluster.address, progress=False)
+    nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    assert len(nodes) == 2
+    trials = h.load(url, "cluster")
+    placed = Counter(t.user_attrs["nas.node"] for t in trials if "nas.node" in t.user_attrs)
+    assert set(placed) == nodes, placed  # a pool of one actor per CPU, spread over the nodes
+    assert counted_trials(trials) == 6
+    assert all(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in trials)

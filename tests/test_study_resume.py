@@ -1,0 +1,130 @@
+"""`nas run` killed with SIGKILL in the middle of a study, then `nas resume`.
+
+The study file names a slow fake evaluator (study key ``evaluator``), so the driver can be
+killed while trials train. The resumed study ends with exactly its budget counted, nothing left
+RUNNING, and no architecture trained twice to completion with the same settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import pytest
+import study_helpers as h
+from optuna.trial import TrialState
+
+from studies import counted_trials
+
+BUDGET = 8
+# 4 networks x 2 learning rates: re-sampling is likely (reuse), 8 results at most.
+SPACE = {**h.SMALL_SPACE, "train": {"lr": {"choices": [0.001, 0.002]}}}
+
+
+def _process_tree(root: int) -> dict[int, str]:
+    """``root`` and its descendants, each with its start time (to tell a reused pid)."""
+    parents: dict[int, int] = {}
+    starts: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        parents[int(entry)], starts[int(entry)] = int(fields[1]), fields[19]
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    return {pid: starts[pid] for pid in tree if pid in starts}
+
+
+def _alive(processes: dict[int, str]) -> dict[int, str]:
+    alive = {}
+    for pid, start in processes.items():
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rindex(")") + 2:].split()[19] == start and " (Z) " not in stat:
+            alive[pid] = start
+    return alive
+
+
+def _wait_for_training(url: str, proc: subprocess.Popen[str], timeout: float) -> None:
+    """Until some trials are counted and one is training."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the driver ended before it could be killed"
+        try:
+            trials = h.load(url, "killed")
+        except (KeyError, optuna.exceptions.StorageInternalError):
+            trials = []  # not created yet
+        training = [t for t in trials
+                    if t.state == TrialState.RUNNING and "nas.arch" in t.user_attrs]
+        if counted_trials(trials) >= 1 and training:
+            return
+        time.sleep(0.3)
+    pytest.fail("the study did not start training in time")
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    path = h.write_study(tmp_path / "killed.yaml", "killed", space=SPACE,
+                         budget={"trials": BUDGET}, evaluator="study_helpers:slow")
+    env = h.subprocess_env(NAS_FAKE_SLEEP="0.7")
+    log = (tmp_path / "run.log").open("w")
+    proc = subprocess.Popen([*h.NAS, "run", str(path), "--storage", url], env=env, cwd=tmp_path,
+                            stdout=log, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    processes: dict[int, str] = {}
+    try:
+        _wait_for_training(url, proc, timeout=240)
+        processes = _process_tree(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        killed = h.load(url, "killed")
+        left_running = [t.number for t in killed if t.state == TrialState.RUNNING]
+        assert left_running, "the crash left no trial RUNNING"
+        leftovers = _alive({p: s for p, s in processes.items() if p != proc.pid})
+
+        done = subprocess.run([*h.NAS, "resume", "killed", "--storage", url], env=env,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (done.stderr[-3000:], f"leftovers: {sorted(leftovers)}")
+        assert "Pareto front of 'killed'" in done.stdout
+    finally:
+        log.close()
+        for pid in _alive(processes):  # what Ray left of the killed driver
+            os.kill(pid, signal.SIGKILL)
+
+    trials = h.load(url, "killed")
+    states = Counter(t.state for t in trials)
+    statuses = Counter(t.user_attrs.get("nas.status") for t in trials)
+    assert counted_trials(trials) == BUDGET, statuses
+    assert states[TrialState.RUNNING] == states[TrialState.WAITING] == 0
+    interrupted = [t for t in trials if t.user_attrs.get("nas.status") == "interrupted"]
+    assert sorted(t.number for t in interrupted) == left_running
+    for t in interrupted:
+        assert t.state == TrialState.FAIL and t.user_attrs["nas.reason"]
+        reruns = [r for r in trials if r.user_attrs.get("nas.rerun_of") == t.number]
+        assert len(reruns) == 1 and reruns[0].params == t.params
+    trained = [h.result_key(t) for t in trials if t.user_attrs.get("nas.status") == "completed"]
+    assert len(trained) == len(set(trained)), "an architecture was trained twice"
+    for t in trials:
+        if t.user_attrs.get("nas.status") == "reused":
+            source = trials[t.user_attrs["nas.reused_from"]]
+            assert h.result_key(source) == h.result_key(t) and source.values == t.values
+    assert json.loads(subprocess.run(
+        [*h.NAS, "status", "killed", "--storage", url, "--json"], env=env, capture_output=True,
+        text=True, timeout=120).stdout)["counted"] == BUDGET
