@@ -8,7 +8,7 @@ print) value for value; they only avoid its O(n^2) scan, which takes 5 s for 10,
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, cast
@@ -182,33 +182,46 @@ def knob_groups(column: pd.Series, *, bins: int = IMPORTANCE_BINS) -> pd.Series:
     conditional knob was not suggested), or its quantile bin for a numeric knob with more
     than ``bins`` distinct values."""
     present = column.dropna()
-    numeric = pd.to_numeric(present, errors="coerce")
-    is_number = len(present) > 0 and numeric.notna().all() and not any(
-        isinstance(v, (bool, np.bool_)) for v in present)
-    if is_number and numeric.nunique() > bins:
-        cut = pd.qcut(numeric.astype(float), bins, duplicates="drop")
+    uniques = pd.unique(present.to_numpy(dtype=object))
+    is_number = len(uniques) > 0 and all(
+        isinstance(v, (int, float, np.integer, np.floating))
+        and not isinstance(v, (bool, np.bool_)) for v in uniques)
+    if is_number and len(uniques) > bins:
+        cut = pd.qcut(present.astype(float), bins, duplicates="drop", precision=3)
         groups = cut.astype(str).astype(object)
-    else:
-        groups = present.astype(str).astype(object)
+    else:  # each distinct value labelled once (knob values are few)
+        labels = {v: _label(v) for v in uniques}
+        groups = pd.Series([labels[v] for v in present.to_numpy(dtype=object)],
+                           index=present.index, dtype=object)
     return groups.reindex(column.index).fillna("not drawn")
 
 
+def _label(value: Any) -> str:
+    if isinstance(value, (float, np.floating)) and not float(value).is_integer():
+        return f"{float(value):.4g}"
+    return str(value)
+
+
 def omega_squared(values: np.ndarray, groups: np.ndarray) -> float:
-    """The share of ``values``' variance that ``groups`` explain (omega squared: one-way
-    ANOVA's effect size, corrected for the number of groups; clipped to [0, 1])."""
+    """The share of ``values``' variance that ``groups`` (labels, or integer codes) explain:
+    omega squared, one-way ANOVA's effect size corrected for the number of groups, clipped to
+    [0, 1]."""
     values = np.asarray(values, dtype=float)
     n = len(values)
-    labels, codes = np.unique(np.asarray(groups, dtype=str), return_inverse=True)
-    k = len(labels)
+    groups = np.asarray(groups)
+    if groups.dtype.kind not in "iu":
+        groups = pd.factorize(pd.Series(groups, dtype=object))[0]
+    counts = np.bincount(groups) if n else np.zeros(0, dtype=int)
+    present = counts > 0
+    k = int(present.sum())
     if n < 3 or k < 2 or k >= n:
         return 0.0
     mean = values.mean()
     total = float(((values - mean) ** 2).sum())
     if total <= 0:
         return 0.0
-    counts = np.bincount(codes, minlength=k)
-    means = np.bincount(codes, weights=values, minlength=k) / counts
-    between = float((counts * (means - mean) ** 2).sum())
+    means = np.bincount(groups, weights=values)[present] / counts[present]
+    between = float((counts[present] * (means - mean) ** 2).sum())
     within_mean_square = (total - between) / (n - k)
     omega = (between - (k - 1) * within_mean_square) / (total + within_mean_square)
     return float(min(1.0, max(0.0, omega)))
@@ -226,10 +239,10 @@ def importances(data: StudyData) -> dict[str, dict[str, float]]:
     """
     complete = data.complete()
     out: dict[str, dict[str, float]] = {}
-    groups = {knob: knob_groups(complete[knob]).to_numpy() for knob in data.knobs}
+    codes = {knob: pd.factorize(knob_groups(complete[knob]))[0] for knob in data.knobs}
     for objective in data.objectives:
         ranks = complete[objective].rank(method="average").to_numpy(dtype=float)
-        out[objective] = {knob: omega_squared(ranks, g) for knob, g in groups.items()}
+        out[objective] = {knob: omega_squared(ranks, c) for knob, c in codes.items()}
     return out
 
 
@@ -307,6 +320,13 @@ class StudyView:
 
     def __init__(self, data: StudyData) -> None:
         self.data = data
+        self._memo: dict[str, Any] = {}
+
+    def memo(self, key: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, once per view (for what the figures share, such as hover labels)."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     @cached_property
     def complete(self) -> pd.DataFrame:

@@ -227,6 +227,9 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
     def view(data: dict[str, Any]) -> StudyView:
         return reader.view(data["name"], data.get("version"))
 
+    def labels(v: StudyView) -> Any:
+        return v.memo("hover", lambda: figures.hover_labels(v.data))
+
     @app.callback(Output(layout.STUDY, "data"), Input(layout.STUDY_TICK, "n_intervals"),
                   State(layout.STUDY, "data"), prevent_initial_call=True)
     @_guarded(lambda message: no_update)
@@ -246,13 +249,13 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
     @_guarded(figures.empty)
     def pareto_2d(data: dict[str, Any], x: str, y: str) -> Any:
         v = view(data)
-        return figures.pareto_2d(v.data, x, y, v.front)
+        return figures.pareto_2d(v.data, x, y, v.front, labels=labels(v))
 
     @app.callback(Output(layout.PARETO_3D, "figure"), store)
     @_guarded(figures.empty)
     def pareto_3d(data: dict[str, Any]) -> Any:
         v = view(data)
-        return figures.pareto_3d(v.data, v.front)
+        return figures.pareto_3d(v.data, v.front, labels=labels(v))
 
     @app.callback(Output(layout.HYPERVOLUME, "figure"), store)
     @_guarded(figures.empty)

@@ -159,8 +159,15 @@ def _loads(text: str | None) -> Any:
 
 
 def _frame(conn: Connection, query: Any, columns: Sequence[str]) -> pd.DataFrame:
-    """The rows of ``query`` as a frame (from plain tuples: pandas is slow on Row objects)."""
-    return pd.DataFrame([tuple(r) for r in conn.execute(query)], columns=list(columns))
+    """The rows of ``query`` as a frame, fetched straight from the driver's cursor as plain
+    tuples (SQLAlchemy's Row objects, and pandas on them, cost more than the query). Values
+    come as the driver gives them: callers convert dates with ``pd.to_datetime``."""
+    result = conn.execute(query)
+    try:
+        rows = result.cursor.fetchall() if result.cursor is not None else []
+    finally:
+        result.close()
+    return pd.DataFrame(rows, columns=list(columns))
 
 
 def _with_infinities(values: pd.Series, types: pd.Series) -> np.ndarray:

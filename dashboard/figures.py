@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from optuna.distributions import FloatDistribution, IntDistribution
 from plotly.subplots import make_subplots
 
 from dashboard.analysis import front_mask, knob_groups
@@ -28,6 +29,7 @@ __all__ = [
     "cost_parts",
     "empty",
     "epoch_curves",
+    "hover_labels",
     "hypervolume_history",
     "importance",
     "knob_effect",
@@ -67,6 +69,8 @@ def empty(message: str) -> go.Figure:
 
 
 def _label(name: str, directions: Mapping[str, str]) -> str:
+    if name == "number":
+        return "trial"
     arrow = {"maximize": " (higher is better)", "minimize": " (lower is better)"}
     return text(name) + arrow.get(directions.get(name, ""), "")
 
@@ -101,24 +105,43 @@ def _column_text(column: pd.Series) -> np.ndarray:
     return out
 
 
-def _hover(df: pd.DataFrame, data: StudyData, header: str) -> list[str]:
-    """One hover label per row: trial number, status and reason, objective values and knobs,
-    all escaped. (Plain per-point strings: plotly copies a 2-D ``customdata`` of strings element
-    by element, which costs more than the repeated names.)"""
+def hover_labels(data: StudyData) -> pd.Series:
+    """The hover label of each completed or rejected trial (indexed as ``data.trials``): trial
+    number, status and reason, objective values, knobs and arch_id, all escaped. The Pareto
+    views share them (``labels=``), so a large study builds them once.
+
+    Plain per-point strings: plotly copies a 2-D ``customdata`` of strings element by element,
+    which costs more than repeating the names in every label."""
+    trials = data.trials
+    shown = trials[(trials.state == "complete") | (trials.status == "rejected")]
+    return pd.Series(_hover(shown, data), index=shown.index, dtype=object)
+
+
+def _hover(df: pd.DataFrame, data: StudyData) -> list[str]:
     columns = [c for c in data.objectives if c in df] + list(data.knobs)
     names = [text(c) for c in columns]
-    status = [f"<b>trial {n}</b> {header}{text(s)}"
+    status = [f"<b>trial {n}</b> {'not trained: ' if s == 'rejected' else ''}{text(s)}"
               + (f"<br>{text(r[:120])}" if isinstance(r, str) and r else "")
               for n, s, r in zip(df.number, df.status, df.reason, strict=True)]
     cells = [[f"{name} = {value}" for value in _column_text(df[column])]
              for name, column in zip(names, columns, strict=True)]
+    cells.append([f"arch_id {value}" for value in _column_text(df.arch_id)])
     return ["<br>".join(row) for row in zip(status, *cells, strict=True)]
+
+
+def _numbers(numbers: Any) -> np.ndarray:
+    """Trial numbers for ``customdata``: an object array, which plotly sends as a JSON list.
+    (Dash copies ``customdata`` into click events from the figure as sent, and cannot index the
+    base64 blob a numeric array becomes; a Python list would cost plotly a check per item.)"""
+    return np.array([int(n) for n in numbers], dtype=object)
 
 
 def _axis_values(df: pd.DataFrame, name: str) -> pd.Series:
     """An objective's values, or for ``params`` / ``madds`` the stored cost where the trial has
     no objective value (rejected trials were never trained, but were costed)."""
     cost = f"cost_{name}"
+    if name == "number":
+        return df.number
     if name in df and cost in df:
         return df[name].where(df[name].notna(), df[cost])
     if name in df:
@@ -164,28 +187,32 @@ def _log_axis(values: np.ndarray) -> bool:
     return len(finite) > 1 and bool(finite.min() > 0) and finite.max() / finite.min() > 30
 
 
-def pareto_2d(data: StudyData, x: str, y: str, front: np.ndarray) -> go.Figure:
+def pareto_2d(data: StudyData, x: str, y: str, front: np.ndarray, *,
+              labels: pd.Series | None = None) -> go.Figure:
     """Completed trials on objectives ``x`` and ``y``: the study's Pareto-optimal trials (over
     all its objectives, ``front`` a mask over ``data.complete()``) in colour, dominated ones
     faded, constraint-rejected ones as crosses (at their cost; on an axis they have no value for,
-    at the worst value reached), and the constraint limits as dashed lines."""
+    at the worst value reached), and the constraint limits as dashed lines. ``labels``:
+    :func:`hover_labels`, if already built."""
     complete = data.complete()
     if complete.empty and not (data.trials.status == "rejected").any():
         return empty("No completed trials yet.")
+    if x == y:  # one objective (or the same chosen twice): against the trial number
+        x = "number"
     directions = dict(zip(data.objectives, data.info.directions, strict=True))
     scatter = go.Scattergl if len(data.trials) >= WEBGL_FROM else go.Scatter
     fig = _figure(xaxis_title=_label(x, directions), yaxis_title=_label(y, directions),
                   uirevision=f"{x}/{y}")
+    labels = hover_labels(data) if labels is None else labels
     all_x: list[np.ndarray] = []
     all_y: list[np.ndarray] = []
     for name, df, marker in _scatter_groups(data, front):
         px, py = _points(df, (x, y), directions, complete)
         all_x.append(px)
         all_y.append(py)
-        labels = _hover(df, data, "not trained: " if "rejected" in name else "")
         fig.add_trace(scatter(x=px, y=py, mode="markers", name=name, marker=marker,
-                              customdata=df.number.to_numpy(), hovertext=labels,
-                              hoverinfo="text"))
+                              customdata=_numbers(df.number),
+                              hovertext=labels.loc[df.index].to_numpy(dtype=object), hoverinfo="text"))
     for axis, values, add in (("x", all_x, fig.add_vline), ("y", all_y, fig.add_hline)):
         name = x if axis == "x" else y
         limit = data.info.constraints.get(f"{name}_max")
@@ -197,7 +224,8 @@ def pareto_2d(data: StudyData, x: str, y: str, front: np.ndarray) -> go.Figure:
     return fig
 
 
-def pareto_3d(data: StudyData, front: np.ndarray) -> go.Figure:
+def pareto_3d(data: StudyData, front: np.ndarray, *,
+              labels: pd.Series | None = None) -> go.Figure:
     """The trials in 3-D: accuracy (the first objective that is not a cost) x params x MAdds
     (stored costs where they are not objectives); styles as :func:`pareto_2d`."""
     complete = data.complete()
@@ -205,20 +233,22 @@ def pareto_3d(data: StudyData, front: np.ndarray) -> go.Figure:
         return empty("No completed trials yet.")
     first = next((o for o in data.objectives if o not in ("params", "madds")), None)
     axes = [a for a in (first, "params", "madds") if a is not None]
-    if len(axes) < 3:
-        return empty("The 3-D view needs accuracy, params and MAdds.")
+    if len(axes) < 3 or any(_axis_values(complete, a).isna().all() for a in axes):
+        return empty("The 3-D view needs accuracy, params and MAdds (as objectives or as the "
+                     "costs the engine stores).")
     directions = {**dict.fromkeys(("params", "madds"), "minimize"),
                   **dict(zip(data.objectives, data.info.directions, strict=True))}
     fig = _figure(margin={"l": 0, "r": 0, "t": 30, "b": 0}, uirevision="3d",
                   scene={"xaxis_title": text(axes[0]), "yaxis_title": text(axes[1]),
                          "zaxis_title": text(axes[2])})
+    labels = hover_labels(data) if labels is None else labels
     for name, df, marker in _scatter_groups(data, front):
         px, py, pz = _points(df, axes, directions, complete)
-        labels = _hover(df, data, "not trained: " if "rejected" in name else "")
         fig.add_trace(go.Scatter3d(
             x=px, y=py, z=pz, mode="markers", name=name,
             marker={**marker, "size": max(2, marker["size"] // 2)},
-            customdata=df.number.to_numpy(), hovertext=labels, hoverinfo="text"))
+            customdata=_numbers(df.number), hovertext=labels.loc[df.index].to_numpy(dtype=object),
+            hoverinfo="text"))
     return fig
 
 
@@ -250,6 +280,14 @@ def _natural(label: str) -> tuple[int, float, str]:
         return (1 if label != "not drawn" else 2, 0.0, label)
 
 
+def _is_numeric(data: StudyData, knob: str, column: pd.Series) -> bool:
+    """Whether a knob gets a numeric axis: an int or float distribution, drawn in every trial
+    shown (a conditional knob's "not drawn" needs a level of its own)."""
+    dist = data.distributions.get(knob)
+    return (isinstance(dist, (FloatDistribution, IntDistribution)) and len(column) > 0
+            and bool(column.notna().all()))
+
+
 def parallel_coordinates(data: StudyData) -> go.Figure:
     """One line per completed trial across every knob and objective, coloured by the first
     objective. Categorical knobs (and knobs not drawn in a trial) become labelled levels."""
@@ -259,10 +297,8 @@ def parallel_coordinates(data: StudyData) -> go.Figure:
     dims = []
     for knob in data.knobs:
         column = complete[knob]
-        numeric = pd.to_numeric(column, errors="coerce")
-        is_bool = any(isinstance(v, (bool, np.bool_)) for v in column.dropna())
-        if numeric.notna().all() and not is_bool and numeric.nunique() > 8:
-            dims.append({"label": text(knob), "values": numeric.to_numpy(dtype=float)})
+        if _is_numeric(data, knob, column):
+            dims.append({"label": text(knob), "values": column.to_numpy(dtype=float)})
         else:
             values, ticks, labels = _codes(column)
             dims.append({"label": text(knob), "values": values, "tickvals": ticks,
@@ -304,11 +340,10 @@ def knob_effect(data: StudyData, knob: str, objective: str) -> go.Figure:
     fig = _figure(xaxis_title=text(knob), yaxis_title=_label(objective, directions),
                   showlegend=False)
     column = complete[knob]
-    numeric = pd.to_numeric(column, errors="coerce")
-    is_bool = any(isinstance(v, (bool, np.bool_)) for v in column.dropna())
-    if numeric.notna().all() and not is_bool and numeric.nunique() > 8:
-        fig.add_trace(go.Scatter(x=numeric, y=complete[objective], mode="markers",
-                                 customdata=complete.number.to_numpy(),
+    if _is_numeric(data, knob, column):
+        fig.add_trace(go.Scatter(x=column.to_numpy(dtype=float), y=complete[objective],
+                                 mode="markers",
+                                 customdata=_numbers(complete.number),
                                  marker={"color": COLORS["front"], "size": 6, "opacity": 0.6},
                                  hovertemplate="trial %{customdata}<br>%{x:.4g}: %{y:.4g}"
                                                "<extra></extra>"))
@@ -322,7 +357,7 @@ def knob_effect(data: StudyData, knob: str, objective: str) -> go.Figure:
         fig.add_trace(go.Box(y=complete[objective][mask], name=text(label),
                              boxpoints="all" if mask.sum() <= 200 else "outliers",
                              jitter=0.3, pointpos=0, marker={"size": 4},
-                             customdata=complete.number[mask].to_numpy(),
+                             customdata=_numbers(complete.number[mask]),
                              hovertemplate="trial %{customdata}: %{y:.4g}<extra></extra>"))
     fig.update_xaxes(categoryorder="array", categoryarray=[text(x) for x in order])
     return fig
@@ -348,14 +383,14 @@ def compare_fronts(studies: Sequence[StudyData], x: str, y: str) -> go.Figure:
         fig.add_trace(scatter(x=values[:, 0], y=values[:, 1], mode="markers",
                               name=f"{name}: all ({len(values)})", opacity=0.25,
                               marker={"color": colour, "size": 5}, legendgroup=str(i),
-                              customdata=complete.number.to_numpy(),
+                              customdata=_numbers(complete.number),
                               hovertemplate=f"{name}<br>trial %{{customdata}}<extra></extra>"))
         order = np.argsort(values[front, 0], kind="stable")
         fig.add_trace(go.Scatter(x=values[front, 0][order], y=values[front, 1][order],
                                  mode="lines+markers", line_shape="hv", legendgroup=str(i),
                                  name=f"{name}: front ({int(front.sum())})",
                                  marker={"color": colour, "size": 9}, line={"color": colour},
-                                 customdata=complete.number.to_numpy()[front][order],
+                                 customdata=_numbers(complete.number.to_numpy()[front][order]),
                                  hovertemplate=f"{name}<br>trial %{{customdata}}<br>"
                                                "%{x:.4g}, %{y:.4g}<extra></extra>"))
     fig.update_layout(xaxis_title=_label(x, directions), yaxis_title=_label(y, directions))

@@ -415,8 +415,8 @@ def run_study(
         raise
     finally:
         driver.close()
-    if driver.exhausted:
-        raise NasError(driver.exhausted)
+    if driver.halted:
+        raise NasError(driver.halted)
     return run
 
 
@@ -444,7 +444,7 @@ class _Driver:
         self.workers: list[Any] = []
         self.idle: list[Any] = []
         self.rejected_in_a_row = 0
-        self.exhausted = ""
+        self.halted = ""  # why no more trials start: a hopeless space, workers that cannot start
         rungs = None
         if spec.fidelity.early_stopping == "asha" and "accuracy" in spec.objective_names:
             rungs = _rebuild_rungs(run, trials)
@@ -461,24 +461,24 @@ class _Driver:
                     if spec.budget.timeout_minutes else math.inf)
         while True:
             self.release_deferred()
-            out_of_time = time.monotonic() > deadline
+            stop = time.monotonic() > deadline or bool(self.halted)
             while self.idle or len(self.workers) < self.pool:
                 candidate: _Candidate | None
                 if self.ready:
                     candidate = self.ready.pop(0)
-                elif (out_of_time or self.exhausted or self.tally.counted + len(self.running)
-                      + len(self.deferred) >= spec.budget.trials):
+                elif stop or (self.tally.counted + len(self.running) + len(self.deferred)
+                              >= spec.budget.trials):
                     break
                 else:
                     candidate = self.sample()
                     self.bar.show(len(self.running))
                 if candidate is None:
                     continue
-                if out_of_time:
+                if stop:
                     self.interrupt(candidate)
                 else:
                     self.dispatch(candidate)
-            if out_of_time:
+            if stop:
                 while self.ready:
                     self.interrupt(self.ready.pop(0))
             if not self.running:
@@ -523,7 +523,7 @@ class _Driver:
         self.tally.add("rejected")
         self.rejected_in_a_row += 1
         if self.rejected_in_a_row >= _MAX_REJECTED_IN_A_ROW:
-            self.exhausted = (
+            self.halted = (
                 f"Study {self.run.spec.name!r}: {self.rejected_in_a_row} architectures in a row "
                 f"were rejected (the last: {reason}); loosen `constraints` or narrow the space.")
 
@@ -575,13 +575,17 @@ class _Driver:
                 result = self.ray.get(future)
                 self.idle.append(worker)
             except Exception as exc:  # the trial raised, or its worker died
-                message = str(exc).strip().splitlines()
-                result = {"status": "failed",
-                          "reason": f"worker error: {message[-1] if message else exc!r}"}
-                if "ActorDied" in type(exc).__name__ or "ActorError" in type(exc).__name__:
-                    self.workers.remove(worker)
-                else:
+                lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+                message = lines[-1].strip() if lines else repr(exc)
+                if not isinstance(exc, self.ray.exceptions.RayActorError):
                     self.idle.append(worker)
+                else:
+                    self.workers.remove(worker)
+                    if "creation task" in str(exc):  # not the trial's fault: do not count it
+                        self.halted = f"Ray workers cannot start: {message}"
+                        self.interrupt(candidate)
+                        continue
+                result = {"status": "failed", "reason": f"worker error: {message}"}
             status, values = _finish_trial(self.run, candidate, result)
             self.tally.add(status, values)
             if status == "completed" and values is not None:

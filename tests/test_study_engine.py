@@ -20,9 +20,10 @@ import pytest
 import study_helpers as h
 from optuna.trial import TrialState
 
+from nas.errors import NasError
 from nas.tasks import TaskGeometry
 from nas_cli.main import main as nas_main
-from studies import StudySpec, counted_trials, create_study, load_existing, run_study
+from studies import StudySpec, counted_trials, create_study, engine, load_existing, run_study
 from studies.engine import close_interrupted
 from studies.storage import read_epochs
 
@@ -236,3 +237,36 @@ def test_a_real_study_trains_on_digits(tmp_path) -> None:
         assert [r["epoch"] for r in mine] == [1, 2] and mine[-1]["value"] == accuracy
         assert all(math.isfinite(r["train_loss"]) for r in mine)
     assert run.study.user_attrs["nas.geometry"]["name"] == "digits"
+
+
+def test_a_spent_timeout_starts_nothing(tmp_path) -> None:
+    url, _ = _run(tmp_path, "timeout", h.instant,
+                  budget={"trials": 50, "timeout_minutes": 1e-9})
+    assert h.load(url, "timeout") == []
+
+
+def test_a_constraint_that_rejects_everything_ends_the_study(tmp_path, monkeypatch,
+                                                             capsys) -> None:
+    monkeypatch.setattr(engine, "_MAX_REJECTED_IN_A_ROW", 5)
+    path = h.write_study(tmp_path / "tight.yaml", "tight", constraints={"params_max": 1000},
+                         evaluator="study_helpers:instant")
+    db = tmp_path / "tight.db"
+    assert nas_main(["run", str(path), "--storage", f"sqlite:///{db}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "5 architectures in a row were rejected" in err[-1] and "params_max" in err[-1]
+    trials = h.load(f"sqlite:///{db}", "tight")
+    assert len(trials) == 5 and all(_status(t) == "rejected" for t in trials)
+
+
+def test_workers_that_cannot_start_stop_the_study_without_spending_it(tmp_path,
+                                                                      monkeypatch) -> None:
+    (tmp_path / "driver_only.py").write_text(
+        "def evaluate(*args, **kwargs):\n    return {'status': 'completed', 'value': 0.5}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the driver imports it, Ray workers cannot
+    import driver_only
+
+    with pytest.raises(NasError, match=r"Ray workers cannot start: .*driver_only"):
+        _run(tmp_path, "unimportable", driver_only.evaluate)
+    trials = h.load(f"sqlite:///{tmp_path / 'studies.db'}", "unimportable")
+    assert counted_trials(trials) == 0 and trials
+    assert {_status(t) for t in trials if t.state.is_finished()} == {"interrupted"}

@@ -96,12 +96,12 @@ def test_checkpoint_reloads_to_identical_outputs(
     name: str, tasks: dict[str, TaskData], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     built: list[torch.nn.Module] = []
+    create_model = loop.create_model
 
-    def keep(*args: Any, **kwargs: Any) -> Any:
-        built.append(loop_create_model(*args, **kwargs))
+    def keep(*args: Any, **kwargs: Any) -> Any:  # the trainer's model, to compare against
+        built.append(create_model(*args, **kwargs))
         return built[-1]
 
-    loop_create_model = loop.create_model
     monkeypatch.setattr(loop, "create_model", keep)
     config, data = tiny(name), tasks[TINY[name][2]]
     result = train(config, fast(epochs=1, max_steps_per_epoch=2), data, checkpoint_dir=tmp_path)
