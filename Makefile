@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install clean system-deps
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m nas_cli.demo
 
-test: $(TEST_STAMP)
+# System packages for the storage and browser tests (PostgreSQL, Chromium): installed when
+# missing and this user may (root/sudo with apt-get); otherwise those tests skip with a reason.
+system-deps:
+	bash .ci/system-deps.sh
+
+test: $(TEST_STAMP) system-deps
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
