@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,16 @@ def read_mapping(path: str | Path, what: str = "file") -> dict[str, Any]:
     return data
 
 
+_FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)$")
+
+
+def _number_like(value: Any) -> Any:
+    """PyYAML (YAML 1.1) reads ``1e-3`` as a string; a user writing it means a number."""
+    if isinstance(value, str) and _FLOAT.match(value.strip()):
+        return float(value)
+    return value
+
+
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     """Parse ``KEY=VALUE`` items; values are YAML (``true``, ``3``, ``null``,
     ``{encoder: "(0x6)"}``)."""
@@ -49,7 +60,8 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise ConfigError(f"--set expects KEY=VALUE, but got {item!r}.")
         try:
-            out[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
+            value = yaml.safe_load(raw) if raw.strip() else None
+            out[key.strip()] = _number_like(value)
         except yaml.YAMLError:
             raise ConfigError(f"--set {item!r}: the value is not valid YAML.") from None
     return out
