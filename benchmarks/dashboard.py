@@ -8,12 +8,13 @@ the real ``SearchSpace.suggest``, every ``nas.*`` trial attribute, per-epoch row
 bulk-inserting straight into Optuna's tables in one transaction. Costs come from a made-up
 formula (``nas cost`` takes 0.4 s per architecture here), not the cost model.
 
-Then, side by side in one run, each repeated (the first, cold, run is reported separately):
+Then, side by side in one run, interleaved, each ``--repeats`` times on a fresh app (nothing
+cached; the first run of the process also pays its one-time costs, so it is shown apart):
 - the dashboard: the first full render of the study page, i.e. every callback the browser fires
   when it opens ``/study/<name>``, sent through Flask's test client exactly as the browser sends
   them (the page route, the summary, 2-D and 3-D Pareto fronts, hypervolume history, parallel
   coordinates, importance, knob effect, the trial table's first page and the comparison);
-  also the same views through the data/figure functions directly;
+  also the same views through the data, analysis and figure functions without Dash;
 - optuna-dashboard (if installed: ``pip install optuna-dashboard``): ``GET
   /api/studies/<id>?after=0`` through a test client of ``optuna_dashboard.wsgi(storage)``, the
   request its front end makes to show a study;
@@ -205,8 +206,10 @@ def _direct_render(url: str) -> float:
     info = study_info(engine, NAME)
     view = StudyView(load_study(engine, info, fingerprint(engine, info.study_id, info.name)))
     data = view.data
-    made = [figures.pareto_2d(data, "params", "accuracy", view.front),
-            figures.pareto_3d(data, view.front), figures.hypervolume_history(*view.curve),
+    labels = figures.hover_labels(data)
+    made = [figures.pareto_2d(data, "params", "accuracy", view.front, labels=labels),
+            figures.pareto_3d(data, view.front, labels=labels),
+            figures.hypervolume_history(*view.curve),
             figures.parallel_coordinates(data), figures.importance(view.importances),
             figures.knob_effect(data, "groups", "accuracy")]
     for fig in made:

@@ -9,11 +9,9 @@ its figures recompute, from one load of the study shared by every view (cached p
 
 from __future__ import annotations
 
-import io
 import re
 import threading
 import urllib.parse
-import zipfile
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +22,7 @@ import pandas as pd
 from dash import ALL, Input, Output, State, ctx, dcc, no_update
 from sqlalchemy.engine import make_url
 
-from dashboard import figures, layout
+from dashboard import exports, figures, layout
 from dashboard.analysis import StudyView, filter_trials, final_hypervolume, sort_trials
 from dashboard.data import StudyInfo as _Info
 from dashboard.data import (
@@ -49,13 +47,14 @@ class _Reader:
     """The app's access to the database: the read-only engine and a small cache of loaded
     studies keyed by (study, fingerprint), each loaded once however many views ask at once."""
 
-    def __init__(self, storage_url: str) -> None:
+    def __init__(self, storage_url: str | None) -> None:
         self.url = resolve_storage_url(storage_url)
         self.engine = open_readonly(self.url)
         self._views: OrderedDict[tuple[int, str], StudyView] = OrderedDict()
         self._locks: dict[tuple[int, str], threading.Lock] = {}
         self._guard = threading.Lock()
-        self._volumes: dict[tuple[int, int, float], float] = {}
+        # The studies page's hypervolume of each study, with the trials it was computed on.
+        self._volumes: dict[int, tuple[tuple[int, float], float]] = {}
         self._export_storage: Any = None
 
     @property
@@ -100,16 +99,16 @@ class _Reader:
             wide = mine.pivot_table(index="number", columns="objective", values="value")
             wide = wide.reindex(columns=range(len(info.objectives))).dropna()
             matrix = wide.to_numpy(dtype=float)
-            key = (info.study_id, len(matrix), float(wide.index.to_numpy().sum()))
-            if key not in self._volumes:
-                self._volumes[key] = final_hypervolume(matrix, info.directions)
+            key = (len(matrix), float(wide.index.to_numpy().sum()))
+            if self._volumes.get(info.study_id, (None, 0.0))[0] != key:
+                self._volumes[info.study_id] = (key, final_hypervolume(matrix, info.directions))
             best = {}
             for i, (name, direction) in enumerate(zip(info.objectives, info.directions,
                                                       strict=True)):
                 column = matrix[:, i] if len(matrix) else np.array([])
                 best[name] = (None if not len(column) else
                               float(column.max() if direction == "maximize" else column.min()))
-            rows.append({**row, "best": best, "hypervolume": self._volumes[key]})
+            rows.append({**row, "best": best, "hypervolume": self._volumes[info.study_id][1]})
         return rows
 
     def export_storage(self) -> Any:
@@ -123,10 +122,11 @@ def create_app(storage_url: str | None = None, *, refresh_seconds: float = 5.0) 
     """The dashboard over the study database at ``storage_url`` (resolved as ``--storage``).
 
     The database is only read. Raises ``StorageError`` (a ``NasError``) when it cannot be.
+    ``refresh_seconds``: how often open pages look for new trials.
     """
-    reader = _Reader(storage_url)  # type: ignore[arg-type]
-    import studies.export  # noqa: F401  (imported now, not on the first page: it loads timm)
-
+    if not refresh_seconds > 0:
+        raise ValueError(f"`refresh_seconds > 0` must hold, but got {refresh_seconds=}.")
+    reader = _Reader(storage_url)
     figures.warm_up()
     app = dash.Dash(__name__, title="nas dashboard", update_title="",
                     suppress_callback_exceptions=True)
@@ -371,18 +371,13 @@ def _register_downloads(app: dash.Dash, reader: _Reader) -> None:
     def export_trial(clicks: list[int | None], data: dict[str, Any]) -> Any:
         if not any(clicks) or not isinstance(ctx.triggered_id, dict):
             return no_update, no_update
-        from studies.export import FORMATS, trial_record
-
-        fmt = ctx.triggered_id["format"]
         try:
-            record = trial_record(data["name"], int(data["number"]),
-                                  reader.export_storage())
-            form = FORMATS[fmt]
-            form.check(record)
-            text = form.render(record)
+            info = reader.info(data["name"])
+            trial = load_trial(reader.engine, info, int(data["number"]))
+            record = exports.trial_record(info, trial, reader.export_storage())
+            filename, text = exports.trial_file(record, ctx.triggered_id["format"])
         except NasError as exc:
             return no_update, str(exc)
-        filename = form.path(record.number).replace("/", "-")
         return dcc.send_string(text, filename), f"Downloaded {filename}."
 
     @app.callback(Output(layout.PARETO_DOWNLOAD, "data"),
@@ -392,21 +387,16 @@ def _register_downloads(app: dash.Dash, reader: _Reader) -> None:
     def export_pareto(clicks: int | None, fmt: str | None, data: dict[str, Any]) -> Any:
         if not clicks or not fmt:
             return no_update, no_update
-        from studies.export import FORMATS, INDEX, pareto_index, pareto_records
-
         try:
-            form = FORMATS[fmt]
-            records = pareto_records(data["name"], reader.export_storage())
-            for record in records:
-                form.check(record)
-            files = {form.path(r.number): form.render(r) for r in records}
+            v = reader.view(data["name"], data.get("version"))  # the front the page shows
+            info = v.data.info
+            numbers = sorted(int(n) for n in v.complete.number[v.front])
+            records = exports.records_of(info, numbers,
+                                         lambda n: load_trial(reader.engine, info, n),
+                                         reader.export_storage())
+            blob = exports.pareto_zip(records, fmt)
         except NasError as exc:
             return no_update, str(exc)
-        files[INDEX] = pareto_index(records, form)
-        buffer = io.BytesIO()
-        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-            for path, text in files.items():
-                archive.writestr(path, text)
         filename = f"{_filename(data['name'])}-pareto-{fmt}.zip"
-        return (dcc.send_bytes(buffer.getvalue(), filename),
+        return (dcc.send_bytes(blob, filename),
                 f"Downloaded {len(records)} trials as {filename}.")

@@ -10,26 +10,20 @@ locked"); PostgreSQL and MySQL sessions are set read-only. Each read runs in one
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sqlite3
-import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import optuna
 import pandas as pd
 import sqlalchemy as sa
 from optuna.distributions import (
     BaseDistribution,
-    CategoricalDistribution,
     json_to_distribution,
 )
-from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.engine import Connection, Engine
 
+from dashboard import _sql as sql
 from studies.storage import StorageError, epochs_table, resolve_storage_url, session
 
 __all__ = [
@@ -41,36 +35,10 @@ __all__ = [
     "load_study",
     "load_trial",
     "open_readonly",
-    "readonly_engine_kwargs",
     "readonly_optuna_storage",
     "study_info",
     "study_names",
 ]
-
-# Optuna's tables, as much of them as the dashboard reads (the schema of optuna >= 3).
-_meta = sa.MetaData()
-_studies = sa.Table("studies", _meta, sa.Column("study_id", sa.Integer),
-                    sa.Column("study_name", sa.String))
-_directions = sa.Table("study_directions", _meta, sa.Column("study_id", sa.Integer),
-                       sa.Column("objective", sa.Integer), sa.Column("direction", sa.String))
-_study_attrs = sa.Table("study_user_attributes", _meta, sa.Column("study_id", sa.Integer),
-                        sa.Column("key", sa.String), sa.Column("value_json", sa.Text))
-_trials = sa.Table("trials", _meta, sa.Column("trial_id", sa.Integer),
-                   sa.Column("number", sa.Integer), sa.Column("study_id", sa.Integer),
-                   sa.Column("state", sa.String), sa.Column("datetime_start", sa.DateTime),
-                   sa.Column("datetime_complete", sa.DateTime))
-_values = sa.Table("trial_values", _meta, sa.Column("trial_id", sa.Integer),
-                   sa.Column("objective", sa.Integer), sa.Column("value", sa.Float),
-                   sa.Column("value_type", sa.String))
-_params = sa.Table("trial_params", _meta, sa.Column("trial_id", sa.Integer),
-                   sa.Column("param_name", sa.String), sa.Column("param_value", sa.Float),
-                   sa.Column("distribution_json", sa.Text))
-_attrs = sa.Table("trial_user_attributes", _meta, sa.Column("trial_id", sa.Integer),
-                  sa.Column("key", sa.String), sa.Column("value_json", sa.Text))
-_intermediate = sa.Table("trial_intermediate_values", _meta, sa.Column("trial_id", sa.Integer),
-                         sa.Column("step", sa.Integer),
-                         sa.Column("intermediate_value", sa.Float),
-                         sa.Column("intermediate_value_type", sa.String))
 
 #: Columns of :attr:`StudyData.trials` besides the objectives and the knobs.
 FIXED_COLUMNS = ("number", "state", "status", "reason", "arch_id", "epochs_reached",
@@ -79,43 +47,9 @@ FIXED_COLUMNS = ("number", "state", "status", "reason", "arch_id", "epochs_reach
 # is read per trial; ``nas.cost`` gives ``cost_params`` and ``cost_madds``).
 _SCALAR_ATTRS = {"nas.status": "status", "nas.reason": "reason", "nas.arch_id": "arch_id",
                  "nas.epochs_reached": "epochs_reached"}
-_INF = {"INF_POS": float("inf"), "INF_NEG": float("-inf")}
 
 
 # ----------------------------------------------------------------------------- the engine
-def _sqlite_connect(url: str) -> Callable[[], sqlite3.Connection]:
-    database = make_url(url).database
-    if not database or database == ":memory:":
-        raise StorageError(f"Storage {url!r}: an in-memory database holds no studies.")
-    path = Path(database).expanduser().resolve()
-    if not path.is_file():
-        raise StorageError(f"Storage {url!r}: the database file {str(path)!r} does not exist.")
-    uri = f"file:{urllib.parse.quote(str(path))}?mode=ro"
-
-    def connect() -> sqlite3.Connection:
-        # A read-only handle: any write fails ("attempt to write a readonly database"). The
-        # busy timeout covers the instant a non-WAL database is locked by a committing writer.
-        conn = sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
-        conn.execute("PRAGMA query_only = ON")
-        return conn
-
-    return connect
-
-
-def readonly_engine_kwargs(storage_url: str) -> dict[str, Any]:
-    """``create_engine`` keyword arguments that make every connection to ``storage_url``
-    read-only: SQLite opened with ``mode=ro``, PostgreSQL and MySQL sessions set read-only."""
-    backend = make_url(storage_url).get_backend_name()
-    if backend == "sqlite":
-        return {"creator": _sqlite_connect(storage_url)}
-    kwargs: dict[str, Any] = {"pool_pre_ping": True}
-    if backend == "postgresql":
-        kwargs["connect_args"] = {"options": "-c default_transaction_read_only=on"}
-    elif backend == "mysql":
-        kwargs["connect_args"] = {"init_command": "SET SESSION TRANSACTION READ ONLY"}
-    return kwargs
-
-
 def open_readonly(storage_url: str | None = None) -> Engine:
     """A read-only engine on the study database (resolved as ``nas`` resolves ``--storage``).
 
@@ -125,7 +59,7 @@ def open_readonly(storage_url: str | None = None) -> Engine:
     """
     url = resolve_storage_url(storage_url)
     with session(url):
-        engine = sa.create_engine(url, **readonly_engine_kwargs(url))
+        engine = sa.create_engine(url, **sql.readonly_engine_kwargs(url))
         with engine.connect() as conn:
             if not sa.inspect(conn).has_table("studies"):
                 raise StorageError(f"Storage {url!r} holds no Optuna studies (no `studies` "
@@ -138,60 +72,8 @@ def readonly_optuna_storage(storage_url: str) -> optuna.storages.RDBStorage:
     such as ``studies.export``): it creates no tables and cannot write."""
     url = resolve_storage_url(storage_url)
     with session(url):
-        return optuna.storages.RDBStorage(url, engine_kwargs=readonly_engine_kwargs(url),
+        return optuna.storages.RDBStorage(url, engine_kwargs=sql.readonly_engine_kwargs(url),
                                           skip_table_creation=True)
-
-
-@contextlib.contextmanager
-def _reading(engine: Engine) -> Iterator[Connection]:
-    """One consistent snapshot for several queries; driver errors become ``StorageError``."""
-    url = engine.url.render_as_string(hide_password=True)
-    with session(url), engine.connect() as conn:
-        if engine.dialect.name == "sqlite":
-            conn.exec_driver_sql("BEGIN")  # a read transaction: one WAL snapshot
-        elif engine.dialect.name == "postgresql":
-            conn = conn.execution_options(isolation_level="REPEATABLE READ")
-        yield conn
-
-
-def _loads(text: str | None) -> Any:
-    return json.loads(text) if text is not None else None
-
-
-def _frame(conn: Connection, query: Any, columns: Sequence[str]) -> pd.DataFrame:
-    """The rows of ``query`` as a frame, fetched straight from the driver's cursor as plain
-    tuples (SQLAlchemy's Row objects, and pandas on them, cost more than the query). Values
-    come as the driver gives them: callers convert dates with ``pd.to_datetime``."""
-    result = conn.execute(query)
-    try:
-        rows = result.cursor.fetchall() if result.cursor is not None else []
-    finally:
-        result.close()
-    return pd.DataFrame(rows, columns=list(columns))
-
-
-def _with_infinities(values: pd.Series, types: pd.Series) -> np.ndarray:
-    """Optuna stores infinite values as NULL with ``value_type`` INF_POS / INF_NEG."""
-    kinds = types.astype(str).to_numpy()
-    out = pd.to_numeric(values, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    return np.where(kinds == "INF_POS", np.inf, np.where(kinds == "INF_NEG", -np.inf, out))
-
-
-def _scalars(texts: pd.Series) -> pd.Series:
-    """JSON scalars (strings, numbers, null) decoded; plain strings without escapes take the
-    fast path (most attributes are short strings such as ``"completed"``)."""
-    raw = texts.astype(object).to_numpy()
-    out = np.full(len(raw), None, dtype=object)
-    for i, text in enumerate(raw):
-        if not isinstance(text, str):
-            continue
-        if len(text) > 1 and text[0] == '"' == text[-1] and "\\" not in text:
-            out[i] = text[1:-1]
-        elif text.isascii() and text.isdigit():
-            out[i] = int(text)
-        else:
-            out[i] = json.loads(text)
-    return pd.Series(out, index=texts.index, dtype=object)
 
 
 # ----------------------------------------------------------------------------- studies
@@ -231,17 +113,19 @@ def _objective_names(attrs: dict[str, Any], n: int) -> tuple[str, ...]:
 
 
 def _infos(conn: Connection, where: Any = None) -> list[StudyInfo]:
-    query = sa.select(_studies.c.study_id, _studies.c.study_name).order_by(_studies.c.study_id)
+    s = sql.studies
+    query = sa.select(s.c.study_id, s.c.study_name).order_by(s.c.study_id)
     if where is not None:
         query = query.where(where)
     rows = conn.execute(query).all()
     ids = [r.study_id for r in rows]
     directions: dict[int, dict[int, str]] = {i: {} for i in ids}
-    for r in conn.execute(sa.select(_directions).where(_directions.c.study_id.in_(ids))):
+    d = sql.study_directions
+    for r in conn.execute(sa.select(d).where(d.c.study_id.in_(ids))):
         directions[r.study_id][r.objective] = str(r.direction).lower()
     attrs: dict[int, dict[str, Any]] = {i: {} for i in ids}
-    for r in conn.execute(sa.select(_study_attrs).where(_study_attrs.c.study_id.in_(ids))):
-        attrs[r.study_id][r.key] = _loads(r.value_json)
+    for r in conn.execute(sa.select(sql.study_attrs).where(sql.study_attrs.c.study_id.in_(ids))):
+        attrs[r.study_id][r.key] = sql.loads(r.value_json)
     out = []
     for r in rows:
         dirs = tuple(d for _, d in sorted(directions[r.study_id].items()))
@@ -253,18 +137,18 @@ def _infos(conn: Connection, where: Any = None) -> list[StudyInfo]:
 
 def study_names(engine: Engine) -> list[str]:
     """Every study's name, in creation order."""
-    with _reading(engine) as conn:
+    with sql.reading(engine) as conn:
         return [r[0] for r in conn.execute(
-            sa.select(_studies.c.study_name).order_by(_studies.c.study_id))]
+            sa.select(sql.studies.c.study_name).order_by(sql.studies.c.study_id))]
 
 
 def study_info(engine: Engine, name: str) -> StudyInfo:
     """The study called ``name``; ``StorageError`` naming the studies there otherwise."""
-    with _reading(engine) as conn:
-        found = _infos(conn, _studies.c.study_name == name)
+    with sql.reading(engine) as conn:
+        found = _infos(conn, sql.studies.c.study_name == name)
         if found:
             return found[0]
-        names = [r[0] for r in conn.execute(sa.select(_studies.c.study_name))]
+        names = [r[0] for r in conn.execute(sa.select(sql.studies.c.study_name))]
     raise StorageError(f"Unknown study {name!r}; studies in this database: "
                        f"{', '.join(sorted(names)) or 'none'}.")
 
@@ -274,8 +158,8 @@ def list_studies(engine: Engine) -> tuple[list[StudyInfo], pd.DataFrame]:
     ``failed`` split Optuna's FAIL by ``nas.status``), last activity, and each objective's
     values of the completed trials (columns ``study_id``, ``objective``, ``value``) in
     ``frame.attrs["values"]``, for the caller's best values and hypervolume."""
-    t = _trials
-    with _reading(engine) as conn:
+    t, v = sql.trials, sql.trial_values
+    with sql.reading(engine) as conn:
         infos = _infos(conn)
         states = pd.DataFrame(conn.execute(
             sa.select(t.c.study_id, t.c.state, sa.func.count().label("n"),
@@ -284,15 +168,16 @@ def list_studies(engine: Engine) -> tuple[list[StudyInfo], pd.DataFrame]:
             .group_by(t.c.study_id, t.c.state)).all(),
             columns=["study_id", "state", "n", "started", "completed"])
         statuses = pd.DataFrame(conn.execute(
-            sa.select(t.c.study_id, _attrs.c.value_json, sa.func.count().label("n"))
-            .join(t, t.c.trial_id == _attrs.c.trial_id)
-            .where(_attrs.c.key == "nas.status", t.c.state == "FAIL")
-            .group_by(t.c.study_id, _attrs.c.value_json)).all(),
+            sa.select(t.c.study_id, sql.trial_attrs.c.value_json, sa.func.count().label("n"))
+            .join(t, t.c.trial_id == sql.trial_attrs.c.trial_id)
+            .where(sql.trial_attrs.c.key == "nas.status", sql.as_text(t.c.state) == "FAIL")
+            .group_by(t.c.study_id, sql.trial_attrs.c.value_json)).all(),
             columns=["study_id", "status", "n"])
         values = pd.DataFrame(conn.execute(
-            sa.select(t.c.study_id, t.c.number, _values.c.objective, _values.c.value)
-            .join(t, t.c.trial_id == _values.c.trial_id)
-            .where(t.c.state == "COMPLETE", _values.c.value_type == "FINITE")).all(),
+            sa.select(t.c.study_id, t.c.number, v.c.objective, v.c.value)
+            .join(t, t.c.trial_id == v.c.trial_id)
+            .where(sql.as_text(t.c.state) == "COMPLETE",
+                   sql.as_text(v.c.value_type) == "FINITE")).all(),
             columns=["study_id", "number", "objective", "value"])
     rows = []
     for info in infos:
@@ -346,22 +231,26 @@ class StudyData:
         return df[pd.notna(values).all(axis=1) & (abs(values) != float("inf")).all(axis=1)]
 
 
+_FINISHED = ("COMPLETE", "PRUNED", "FAIL")
+
+
 def fingerprint(engine: Engine, study_id: int, name: str) -> str:
     """A cheap summary that changes whenever the study's trials, values or epochs change."""
-    t = _trials
-    with _reading(engine) as conn:
+    t = sql.trials
+    with sql.reading(engine) as conn:
         n, last_id, finished, last_done = conn.execute(
             sa.select(sa.func.count(), sa.func.max(t.c.trial_id),
-                      sa.func.sum(sa.case((t.c.state.in_(("COMPLETE", "PRUNED", "FAIL")), 1),
+                      sa.func.sum(sa.case((sql.as_text(t.c.state).in_(_FINISHED), 1),
                                           else_=0)),
                       sa.func.max(t.c.datetime_complete))
             .where(t.c.study_id == study_id)).one()
-        last_attrs = conn.execute(sa.select(sa.func.count()).select_from(_attrs)
-                                  .where(_attrs.c.trial_id == last_id)).scalar()
+        last_attrs = conn.execute(sa.select(sa.func.count()).select_from(sql.trial_attrs)
+                                  .where(sql.trial_attrs.c.trial_id == last_id)).scalar()
         running = (sa.select(t.c.trial_id)
-                   .where(t.c.study_id == study_id, t.c.state == "RUNNING").scalar_subquery())
-        steps = conn.execute(sa.select(sa.func.count()).select_from(_intermediate)
-                             .where(_intermediate.c.trial_id.in_(running))).scalar()
+                   .where(t.c.study_id == study_id, sql.as_text(t.c.state) == "RUNNING")
+                   .scalar_subquery())
+        steps = conn.execute(sa.select(sa.func.count()).select_from(sql.trial_intermediate)
+                             .where(sql.trial_intermediate.c.trial_id.in_(running))).scalar()
         epochs: int | None = 0
         if sa.inspect(conn).has_table(epochs_table.name):
             epochs = conn.execute(sa.select(sa.func.count()).select_from(epochs_table)
@@ -369,69 +258,27 @@ def fingerprint(engine: Engine, study_id: int, name: str) -> str:
     return json.dumps([n, last_id, finished, str(last_done), last_attrs, steps, epochs])
 
 
-def _decode_params(rows: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, BaseDistribution]]:
-    """Optuna stores each parameter as a float (a categorical one as its choice's index) with
-    its distribution as JSON: one column per parameter, in external representation."""
-    if rows.empty:
-        return pd.DataFrame(), {}
-    distributions: dict[str, BaseDistribution] = {}
-    values: list[Any] = [None] * len(rows)
-    for text, index in rows.groupby("distribution_json", sort=False).groups.items():
-        dist = json_to_distribution(str(text))
-        positions = rows.index.get_indexer(index)
-        internal = rows.param_value.to_numpy()[positions]
-        if isinstance(dist, CategoricalDistribution):
-            decoded: Sequence[Any] = [dist.choices[int(v)] for v in internal]
-        else:
-            decoded = [dist.to_external_repr(float(v)) for v in internal]
-        for p, v in zip(positions, decoded, strict=True):
-            values[p] = v
-        for name in rows.param_name.iloc[positions].unique():
-            distributions[str(name)] = dist
-    rows = rows.assign(value=pd.Series(values, index=rows.index, dtype=object))
-    wide = rows.pivot(index="trial_id", columns="param_name", values="value")
-    return wide, distributions
-
-
-def _json_number(column: Any, key: str, dialect: str) -> Any:
-    """SQL for the number under top-level ``key`` of a JSON text column, or None where the
-    backend has no JSON functions we rely on (the caller then parses in Python)."""
-    if dialect == "sqlite":
-        return sa.func.json_extract(column, f"$.{key}")
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import JSONB
-
-        return sa.cast(sa.cast(column, JSONB)[key].astext, sa.Float)
-    return None
-
-
-def _pivot(column: Any, where: Any, then: Any) -> Any:
-    """One trial's value of a key-value child table as a column (conditional aggregation: the
-    database returns one row per trial instead of one per key)."""
-    return sa.func.max(sa.case((where, then)))
-
-
 def _wide_attrs(conn: Connection, mine: Any) -> pd.DataFrame:
     """The scalar ``nas.*`` attributes and ``nas.cost``'s params and MAdds, one row per trial."""
-    t, a = _trials, _attrs
-    columns = [_pivot(a.c.value_json, a.c.key == key, a.c.value_json).label(name)
+    t, a = sql.trials, sql.trial_attrs
+    columns = [sql.pivot(a.c.key == key, a.c.value_json).label(name)
                for key, name in _SCALAR_ATTRS.items()]
     is_cost = a.c.key == "nas.cost"
-    params = _json_number(a.c.value_json, "params", conn.dialect.name)
+    params = sql.json_number(a.c.value_json, "params", conn.dialect.name)
     if params is not None:  # the database parses the cost JSON (0.5 s in Python for 10,000)
-        madds = _json_number(a.c.value_json, "madds", conn.dialect.name)
-        columns += [_pivot(a.c.value_json, is_cost, params).label("cost_params"),
-                    _pivot(a.c.value_json, is_cost, madds).label("cost_madds")]
+        madds = sql.json_number(a.c.value_json, "madds", conn.dialect.name)
+        columns += [sql.pivot(is_cost, params).label("cost_params"),
+                    sql.pivot(is_cost, madds).label("cost_madds")]
     else:
-        columns.append(_pivot(a.c.value_json, is_cost, a.c.value_json).label("cost"))
+        columns.append(sql.pivot(is_cost, a.c.value_json).label("cost"))
     names = [c.name for c in columns]
-    df = _frame(conn, sa.select(a.c.trial_id, *columns).join(t, t.c.trial_id == a.c.trial_id)
+    df = sql.frame(conn, sa.select(a.c.trial_id, *columns).join(t, t.c.trial_id == a.c.trial_id)
                 .where(mine, a.c.key.in_([*_SCALAR_ATTRS, "nas.cost"]))
                 .group_by(a.c.trial_id), ["trial_id", *names])
     for name in _SCALAR_ATTRS.values():
-        df[name] = _scalars(df[name])
+        df[name] = sql.scalars(df[name])
     if "cost" in df:
-        costs = [_loads(x) if isinstance(x, str) else None for x in df.pop("cost")]
+        costs = [sql.loads(x) if isinstance(x, str) else None for x in df.pop("cost")]
         for part in ("params", "madds"):
             df[f"cost_{part}"] = [c.get(part) if isinstance(c, dict) else None for c in costs]
     for column in ("cost_params", "cost_madds"):
@@ -441,23 +288,23 @@ def _wide_attrs(conn: Connection, mine: Any) -> pd.DataFrame:
 
 def _wide_values(conn: Connection, mine: Any, n_objectives: int) -> pd.DataFrame:
     """Objective values, one column per objective (``v0``, ``v1``, ...), one row per trial."""
-    t, v = _trials, _values
+    t, v = sql.trials, sql.trial_values
     columns = []
     for i in range(n_objectives):
-        columns += [_pivot(v.c.value, v.c.objective == i, v.c.value).label(f"v{i}"),
-                    _pivot(v.c.value, v.c.objective == i, v.c.value_type).label(f"type{i}")]
-    df = _frame(conn, sa.select(v.c.trial_id, *columns).join(t, t.c.trial_id == v.c.trial_id)
+        columns += [sql.pivot(v.c.objective == i, v.c.value).label(f"v{i}"),
+                    sql.pivot(v.c.objective == i, v.c.value_type).label(f"type{i}")]
+    df = sql.frame(conn, sa.select(v.c.trial_id, *columns).join(t, t.c.trial_id == v.c.trial_id)
                 .where(mine).group_by(v.c.trial_id),
                 ["trial_id", *(c.name for c in columns)])
     for i in range(n_objectives):
-        df[f"v{i}"] = _with_infinities(df[f"v{i}"], df.pop(f"type{i}"))
+        df[f"v{i}"] = sql.with_infinities(df[f"v{i}"], df.pop(f"type{i}"))
     return df.set_index("trial_id")
 
 
 def _wide_params(conn: Connection, mine: Any) -> tuple[pd.DataFrame, dict[str, BaseDistribution]]:
     """Parameters in external representation (a categorical one is stored as its choice's
     index), one column per parameter, one row per trial; and each parameter's distribution."""
-    t, p = _trials, _params
+    t, p = sql.trials, sql.trial_params
     joined = sa.select().select_from(p).join(t, t.c.trial_id == p.c.trial_id).where(mine)
     kinds = conn.execute(joined.with_only_columns(p.c.param_name, p.c.distribution_json)
                          .distinct()).all()
@@ -465,14 +312,14 @@ def _wide_params(conn: Connection, mine: Any) -> tuple[pd.DataFrame, dict[str, B
     for name, text in kinds:
         by_name.setdefault(str(name), []).append(str(text))
     simple = sorted(n for n, texts in by_name.items() if len(texts) == 1)
-    columns = [_pivot(p.c.param_value, p.c.param_name == n, p.c.param_value).label(f"p{i}")
+    columns = [sql.pivot(p.c.param_name == n, p.c.param_value).label(f"p{i}")
                for i, n in enumerate(simple)]
-    df = _frame(conn, joined.with_only_columns(p.c.trial_id, *columns).group_by(p.c.trial_id),
+    df = sql.frame(conn, joined.with_only_columns(p.c.trial_id, *columns).group_by(p.c.trial_id),
                 ["trial_id", *simple]).set_index("trial_id")
     distributions: dict[str, BaseDistribution] = {}
     for name in simple:
         dist = distributions[name] = json_to_distribution(by_name[name][0])
-        df[name] = _external(df[name], dist)
+        df[name] = sql.external(df[name], dist)
     mixed = sorted(set(by_name) - set(simple))  # a parameter whose distribution changed
     if mixed:
         rows = conn.execute(joined.with_only_columns(
@@ -482,28 +329,16 @@ def _wide_params(conn: Connection, mine: Any) -> tuple[pd.DataFrame, dict[str, B
             df[name] = pd.Series(dtype=object)
             distributions[name] = json_to_distribution(by_name[name][-1])
         for trial_id, name, value, text in rows:
-            df.loc[trial_id, name] = _external(pd.Series([value]), json_to_distribution(text))[0]
+            df.loc[trial_id, name] = sql.external(pd.Series([value]), json_to_distribution(text))[0]
     return df, distributions
-
-
-def _external(internal: pd.Series, dist: BaseDistribution) -> pd.Series:
-    values = pd.to_numeric(internal, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    present = ~np.isnan(values)
-    out = np.full(len(values), None, dtype=object)
-    if isinstance(dist, CategoricalDistribution):
-        choices = np.array([*dist.choices, None], dtype=object)
-        out[present] = choices[values[present].astype(int)]
-    else:
-        out[present] = [dist.to_external_repr(float(v)) for v in values[present]]
-    return pd.Series(out, index=internal.index, dtype=object)
 
 
 def load_study(engine: Engine, info: StudyInfo, version: str = "") -> StudyData:
     """Every trial of the study with what the study page shows (see :class:`StudyData`)."""
-    t = _trials
+    t = sql.trials
     mine = t.c.study_id == info.study_id
-    with _reading(engine) as conn:
-        df = _frame(conn, sa.select(t.c.trial_id, t.c.number, t.c.state, t.c.datetime_start,
+    with sql.reading(engine) as conn:
+        df = sql.frame(conn, sa.select(t.c.trial_id, t.c.number, t.c.state, t.c.datetime_start,
                                     t.c.datetime_complete).where(mine),
                     ["trial_id", "number", "state", "started", "completed"])
         values = _wide_values(conn, mine, len(info.objectives))
@@ -535,8 +370,8 @@ def load_study(engine: Engine, info: StudyInfo, version: str = "") -> StudyData:
 def load_trial(engine: Engine, info: StudyInfo, number: int) -> dict[str, Any]:
     """One trial: state, values, parameters, every user attribute, per-epoch rows (from
     ``nas_epochs``) and intermediate values; ``StorageError`` for an unknown number."""
-    t = _trials
-    with _reading(engine) as conn:
+    t = sql.trials
+    with sql.reading(engine) as conn:
         row = conn.execute(sa.select(t).where(t.c.study_id == info.study_id,
                                               t.c.number == number)).first()
         if row is None:
@@ -546,29 +381,30 @@ def load_trial(engine: Engine, info: StudyInfo, number: int) -> dict[str, Any]:
             raise StorageError(f"Unknown trial {number} of study {info.name!r}; its trials "
                                f"are {span}.")
         trial_id = row.trial_id
-        values = {r.objective: (_INF.get(r.value_type, r.value))
-                  for r in conn.execute(sa.select(_values).where(_values.c.trial_id == trial_id))}
+        v, p = sql.trial_values, sql.trial_params
+        values = {r.objective: (sql.INFINITIES.get(r.value_type, r.value))
+                  for r in conn.execute(sa.select(v).where(v.c.trial_id == trial_id))}
         params = pd.DataFrame(conn.execute(
-            sa.select(_params.c.trial_id, _params.c.param_name, _params.c.param_value,
-                      _params.c.distribution_json).where(_params.c.trial_id == trial_id)).all(),
+            sa.select(p.c.trial_id, p.c.param_name, p.c.param_value, p.c.distribution_json)
+            .where(p.c.trial_id == trial_id)).all(),
             columns=["trial_id", "param_name", "param_value", "distribution_json"])
-        attrs = {r.key: _loads(r.value_json) for r in conn.execute(
-            sa.select(_attrs).where(_attrs.c.trial_id == trial_id))}
-        steps = [(r.step, _INF.get(r.intermediate_value_type, r.intermediate_value))
-                 for r in conn.execute(sa.select(_intermediate)
-                                       .where(_intermediate.c.trial_id == trial_id)
-                                       .order_by(_intermediate.c.step))]
+        attrs = {r.key: sql.loads(r.value_json) for r in conn.execute(
+            sa.select(sql.trial_attrs).where(sql.trial_attrs.c.trial_id == trial_id))}
+        steps = [(r.step, sql.INFINITIES.get(r.intermediate_value_type, r.intermediate_value))
+                 for r in conn.execute(sa.select(sql.trial_intermediate)
+                                       .where(sql.trial_intermediate.c.trial_id == trial_id)
+                                       .order_by(sql.trial_intermediate.c.step))]
         epochs: list[dict[str, Any]] = []
         if sa.inspect(conn).has_table(epochs_table.name):
             epochs = [dict(r._mapping) for r in conn.execute(
                 sa.select(epochs_table).where(epochs_table.c.study_name == info.name,
                                               epochs_table.c.trial_number == number)
                 .order_by(epochs_table.c.epoch))]
-    wide, _ = _decode_params(params)
+    wide, _ = sql.decode_params(params)
     param_values = {str(k): v for k, v in wide.iloc[0].items()} if len(wide) else {}
     for e in epochs:
         e.pop("id", None)
-        e["extra"] = _loads(e.get("extra")) or {}
+        e["extra"] = sql.loads(e.get("extra")) or {}
     return {
         "number": number, "state": str(row.state).lower(),
         "status": attrs.get("nas.status", str(row.state).lower()),

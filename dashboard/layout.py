@@ -65,7 +65,7 @@ def trial_href(name: str, number: int) -> str:
 
 def fmt(value: Any) -> str:
     """A number or value as people read it (thousands grouped, four significant digits)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if value is None or value is pd.NaT or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if isinstance(value, bool):
         return str(value)
@@ -167,8 +167,11 @@ def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequen
                 html.Span("Download the Pareto set as"),
                 dcc.Dropdown(_options(formats), formats[0] if formats else None,
                              id=PARETO_FORMAT, clearable=False, style={"width": "160px"}),
-                html.Button("Download (zip)", id=PARETO_BUTTON, style=_BUTTON),
-                dcc.Download(id=PARETO_DOWNLOAD), html.Span(id=PARETO_MESSAGE),
+                html.Button("Download (zip)", id=PARETO_BUTTON, style=_BUTTON,
+                            disabled=not formats),
+                dcc.Download(id=PARETO_DOWNLOAD),
+                html.Span(id=PARETO_MESSAGE, children="" if formats else
+                          "(exports need a study made by nas: this one has no search space)"),
             ]),
         ]),
         html.Section(style=_SECTION, children=[html.H3("Hypervolume over trials"),

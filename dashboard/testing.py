@@ -7,7 +7,6 @@ prevents its initial call), with the inputs' initial values taken from the route
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -97,9 +96,3 @@ def first_render(client: Any, app: dash.Dash, pathname: str) -> list[CallbackRes
                   for i in [*spec["inputs"], *spec["state"]] if i["id"] in props}
         results.append(post_callback(client, callback_body(app, key, values)))
     return results
-
-
-def dumps(result: CallbackResult) -> str:
-    """A short description of one request, for logs."""
-    return json.dumps({"output": result.output, "status": result.status,
-                       "seconds": round(result.seconds, 3), "bytes": result.size})

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
+import socket
 from typing import Any
 
 __all__ = ["register"]
@@ -23,19 +25,46 @@ study)."""
 
 
 def _run(args: argparse.Namespace) -> int:
+    from werkzeug.serving import make_server
+
     from dashboard import create_app
     from nas.errors import NasError
 
     if not 1 <= args.port <= 65535:
         raise NasError(f"--port must be between 1 and 65535, but got {args.port}.")
+    if args.refresh <= 0:
+        raise NasError(f"--refresh must be a positive number of seconds, but got {args.refresh}.")
     app = create_app(args.storage, refresh_seconds=args.refresh)
-    url_host = f"[{args.host}]" if _is_ipv6(args.host) else args.host
-    print(f"nas dashboard on http://{url_host}:{args.port}/ (Ctrl+C to stop)", flush=True)
+    url = f"http://{f'[{args.host}]' if _is_ipv6(args.host) else args.host}:{args.port}/"
+    if args.debug_dash:  # Dash's own server: reloader, in-page errors, a log line per request
+        print(f"nas dashboard on {url} (debug mode)", flush=True)
+        app.run(host=args.host, port=args.port, debug=True)
+        return 0
+    _check_bind(args.host, args.port)
+    server = make_server(args.host, args.port, app.server, threaded=True)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per refresh
+    print(f"nas dashboard on {url} (Ctrl+C to stop)", flush=True)
     try:
-        app.run(host=args.host, port=args.port, debug=args.debug_dash)
-    except OSError as exc:  # the port is taken, or the host is not an address of this machine
-        raise NasError(f"Cannot serve on {args.host}:{args.port}: {exc.strerror or exc}.") from None
+        server.serve_forever()
+    finally:
+        server.server_close()
     return 0
+
+
+def _check_bind(host: str, port: int) -> None:
+    """``NasError`` when (host, port) cannot be served: werkzeug would print two lines and exit 1
+    where ``nas`` promises one line and exit code 2."""
+    from nas.errors import NasError
+
+    try:
+        family = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server does
+            probe.bind((host, port))
+    except OSError as exc:  # the port is taken, or the host is not an address of this machine
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise NasError(f"Cannot serve on {host}:{port}: {reason}; choose another --port or "
+                       "--host.") from None
 
 
 def _is_ipv6(host: str) -> bool:

@@ -273,9 +273,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(func=_cmd_pareto)
 
-    from nas_cli import export_cmd
+    from nas_cli import dashboard_cmd, export_cmd
 
     export_cmd.register(sub)
+    dashboard_cmd.register(sub)
     return parser
 
 

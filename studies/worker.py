@@ -66,16 +66,18 @@ def evaluate_trial(
 class TrialWorker:
     """Ray actor: made remote (with the study's CPUs/GPUs per trial) by the engine."""
 
-    def __init__(self, evaluator: Callable[..., dict[str, Any]] | None = None) -> None:
-        torch.set_num_threads(1)  # one trial per CPU slot; the engine sizes the pool
+    def __init__(self, evaluator: Callable[..., dict[str, Any]] | None = None,
+                 threads: int = 1) -> None:
+        torch.set_num_threads(threads)  # the CPUs one trial holds; the engine sizes the pool
         self.evaluator = evaluator or evaluate_trial
 
     def run(self, number: int, arch: dict[str, Any], settings: dict[str, Any], task: str,
-            task_options: dict[str, Any], latency: bool, coordinator: Any) -> dict[str, Any]:
+            task_options: dict[str, Any], latency: bool, coordinator: Any,
+            cost_vector: list[float] | None = None) -> dict[str, Any]:
         import ray
 
         def report(epoch: dict[str, Any]) -> bool:
-            return bool(ray.get(coordinator.report.remote(number, epoch)))
+            return bool(ray.get(coordinator.report.remote(number, epoch, cost_vector)))
 
         out = self.evaluator(arch, settings, task, task_options, latency=latency, report=report)
         out["node"] = ray.get_runtime_context().get_node_id()
@@ -85,23 +87,21 @@ class TrialWorker:
 class Coordinator:
     """Ray actor between workers and the driver: early-stopping decisions and epoch reports.
 
-    Workers call ``report`` after each epoch and get back whether to stop; the driver drains the
-    reports to write them to the database (the driver is the only writer).
+    Workers call ``report`` after each epoch, with the trial's cost objectives, and get back
+    whether to stop; the driver drains the reports to write them to the database (the driver is
+    the only writer).
     """
 
-    def __init__(self, rungs: Any, cost_vectors: dict[int, list[float]] | None = None) -> None:
+    def __init__(self, rungs: Any) -> None:
         self.rungs = rungs
-        self.costs: dict[int, list[float]] = dict(cost_vectors or {})
         self.pending: list[tuple[int, dict[str, Any]]] = []
 
-    def register(self, number: int, cost_vector: list[float]) -> None:
-        self.costs[number] = cost_vector
-
-    def report(self, number: int, epoch: dict[str, Any]) -> bool:
+    def report(self, number: int, epoch: dict[str, Any],
+               cost_vector: list[float] | None = None) -> bool:
         self.pending.append((number, epoch))
         if self.rungs is None:
             return False
-        vector = [epoch["value"], *self.costs.get(number, [])]
+        vector = [epoch["value"], *(cost_vector or [])]
         return bool(self.rungs.should_stop(number, int(epoch["epoch"]), vector))
 
     def drain(self) -> list[tuple[int, dict[str, Any]]]:

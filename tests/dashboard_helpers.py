@@ -93,7 +93,7 @@ def write_engine_study(url: str, name: str = "dash-study") -> EngineStudy:
         "name": name, "task": "digits", "space": SPACE, "objectives": OBJECTIVES,
         "constraints": {"params_max": params_limit()}, "sampler": {"name": "random"},
         "budget": {"trials": len(PLAN)}, "fidelity": {"epochs": EPOCHS}, "seed": 0})
-    run = create_study(spec, url)
+    run = create_study(spec, url, geometry=GEOMETRY)
     storage = open_storage(url)
     for knobs, _, _ in PLAN:
         run.study.enqueue_trial(knobs)

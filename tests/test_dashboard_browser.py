@@ -58,7 +58,7 @@ def study_url(tmp_path_factory: pytest.TempPathFactory) -> str:
         "budget": {"trials": 10}, "seed": 3, "resources": {"cpu": 1},
         "fidelity": {"epochs": 3, "early_stopping": "asha", "grace_epochs": 1,
                      "reduction_factor": 2}})
-    run = create_study(spec, url)
+    run = create_study(spec, url, geometry=GEOMETRY)
     evaluator = make_evaluator({"groups": 2, "group_ffn": True, "attention_sharing": "none"})
     run_study(run, evaluator=evaluator, geometry=GEOMETRY, progress=False)
     evil = optuna.create_study(storage=url, study_name=EVIL, directions=["maximize"])

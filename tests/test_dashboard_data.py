@@ -14,7 +14,12 @@ import base64
 import hashlib
 import itertools
 import json
+import socket
 import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +31,10 @@ import sqlalchemy as sa
 import yaml
 from dashboard_helpers import PLAN, EngineStudy, write_engine_study
 from optuna.trial import TrialState
+from postgres_fixture import postgres_url
 
+import dashboard.exports
+import studies.export
 import studies.export._record as export_record
 from dashboard import create_app
 from dashboard.analysis import (
@@ -53,6 +61,7 @@ from dashboard.data import (
     readonly_optuna_storage,
     study_info,
 )
+from dashboard.exports import trial_record
 from dashboard.figures import (
     compare_fronts,
     cost_parts,
@@ -74,6 +83,8 @@ from studies.pareto import hypervolume_history as pareto_history
 from studies.pareto import nondominated_mask, to_minimization
 from studies.report import study_status
 from studies.storage import StorageError
+
+__all__ = ["postgres_url"]  # a fixture, imported for this module's tests
 
 EVIL = "<script>alert(1)</script>"
 
@@ -162,6 +173,29 @@ def test_reads_while_a_writer_holds_the_lock(study: EngineStudy, engine: sa.Engi
     finally:
         writer.close()
     assert fingerprint(engine, info.study_id, info.name) == before
+
+
+def test_on_postgresql(postgres_url: str) -> None:
+    made = write_engine_study(postgres_url, name="dash-on-postgres")
+    engine = open_readonly(postgres_url)
+    info = study_info(engine, made.name)
+    view = StudyView(load_study(engine, info, fingerprint(engine, info.study_id, info.name)))
+    reference = optuna.load_study(study_name=made.name, storage=postgres_url)
+    assert set(view.complete.number[view.front]) == {t.number for t in reference.best_trials}
+    assert view.counts == {"completed": 6, "rejected": 1, "stopped": 1, "failed": 1,
+                           "running": 1}
+    costs = view.data.trials.set_index("number").cost_params
+    assert all(costs[t.number] == t.user_attrs["nas.cost"]["params"] for t in reference.trials)
+    assert view.hypervolume == study_status(made.name, postgres_url)["hypervolume"]
+    with pytest.raises(sa.exc.DBAPIError, match="read-only"), engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM trial_values"))
+    assert load_trial(engine, info, 1)["epochs"]
+    _, frame = list_studies(engine)
+    row = frame.set_index("name").loc[made.name]
+    assert (row.complete, row.rejected, row.failed, row.running) == (6, 1, 1, 1)
+    app = create_app(postgres_url)
+    results = first_render(app.server.test_client(), app, study_href(made.name))
+    assert [r.status for r in results] == [200] * len(results)
 
 
 # ----------------------------------------------------------------------------- data
@@ -422,9 +456,22 @@ def test_pages_of_a_hostile_name(app: Any) -> None:
     assert "not a trial number" in json.dumps(bad.response)
 
 
-def test_trial_page_and_exports(app: Any, study: EngineStudy,
-                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(export_record, "git_commit", lambda root=None: None)
+@pytest.fixture
+def _no_git(monkeypatch: pytest.MonkeyPatch) -> None:
+    for module in (export_record, dashboard.exports):
+        monkeypatch.setattr(module, "git_commit", lambda root=None: None)
+
+
+def test_export_records_equal_studies_export(study: EngineStudy, engine: sa.Engine,
+                                             _no_git: None) -> None:
+    storage = readonly_optuna_storage(study.url)
+    info = study_info(engine, study.name)
+    for number in range(len(PLAN)):
+        ours = trial_record(info, load_trial(engine, info, number), storage)
+        assert ours == studies.export.trial_record(study.name, number, storage)
+
+
+def test_trial_page_and_exports(app: Any, study: EngineStudy, _no_git: None) -> None:
     before = _db_digest(study.url)
     client = app.server.test_client()
     page = first_render(client, app, trial_href(study.name, 1))
@@ -503,3 +550,58 @@ def test_command_defaults_and_errors(tmp_path: Path) -> None:
     args = _parser().parse_args(["dashboard", "--storage", "sqlite:////no/such/dir/x.db"])
     with pytest.raises(NasError, match="does not exist"):
         args.func(args)
+
+
+def test_command_refuses_a_taken_port(study: EngineStudy) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = _parser().parse_args(["dashboard", "--storage", study.url, "--port", str(port)])
+        with pytest.raises(NasError, match=f"Cannot serve on 127.0.0.1:{port}"):
+            args.func(args)
+
+
+@pytest.mark.slow
+def test_command_serves_on_localhost(study: EngineStudy) -> None:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    script = ("import argparse, sys; from nas_cli.dashboard_cmd import register; "
+              "p = argparse.ArgumentParser(); register(p.add_subparsers()); "
+              "a = p.parse_args(sys.argv[1:]); sys.exit(a.func(a))")
+    proc = subprocess.Popen([sys.executable, "-c", script, "dashboard", "--storage", study.url,
+                             "--port", str(port)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as answer:
+                    assert answer.status == 200 and b"nas dashboard" in answer.read()
+                    break
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+                time.sleep(0.3)
+        else:
+            raise AssertionError("the dashboard did not answer")
+        outside = _outside_address()
+        if outside is not None:  # bound to loopback only: not reachable on another address
+            with pytest.raises(OSError):
+                socket.create_connection((outside, port), timeout=2).close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert proc.stdout is not None
+    assert f"nas dashboard on http://127.0.0.1:{port}/" in proc.stdout.read()
+
+
+def _outside_address() -> str | None:
+    """This machine's address on its outbound interface (no packet is sent), if it has one."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("10.255.255.255", 1))
+            address = str(probe.getsockname()[0])
+    except OSError:
+        return None
+    return None if address.startswith("127.") else address

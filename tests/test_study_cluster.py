@@ -38,6 +38,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_trials_are_placed_on_both_nodes(cluster, tmp_path) -> None:
     import ray
 

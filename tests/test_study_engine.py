@@ -23,11 +23,11 @@ from optuna.trial import TrialState
 from nas.errors import NasError
 from nas.tasks import TaskGeometry
 from nas_cli.main import main as nas_main
-from studies import StudySpec, counted_trials, create_study, engine, load_existing, run_study
+from studies import StudySpec, _driver, counted_trials, create_study, load_existing, run_study
 from studies.engine import close_interrupted
 from studies.storage import read_epochs
 
-pytestmark = pytest.mark.usefixtures("ray_local")
+pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(600)]
 ray_local = h.ray_local
 
 GEOMETRY = TaskGeometry("digits", "image", 10, image_size=32, in_chans=1)
@@ -247,7 +247,7 @@ def test_a_spent_timeout_starts_nothing(tmp_path) -> None:
 
 def test_a_constraint_that_rejects_everything_ends_the_study(tmp_path, monkeypatch,
                                                              capsys) -> None:
-    monkeypatch.setattr(engine, "_MAX_REJECTED_IN_A_ROW", 5)
+    monkeypatch.setattr(_driver, "_MAX_REJECTED_IN_A_ROW", 5)
     path = h.write_study(tmp_path / "tight.yaml", "tight", constraints={"params_max": 1000},
                          evaluator="study_helpers:instant")
     db = tmp_path / "tight.db"

@@ -32,6 +32,7 @@ print(json.dumps([[t.number, t.values] for t in sorted(study.best_trials, key=la
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.usefixtures("ray_local")
 def test_a_study_on_postgresql(postgres_url, tmp_path, capsys) -> None:
     spec = StudySpec.from_dict(h.study_dict(

@@ -79,6 +79,7 @@ def _wait_for_training(url: str, proc: subprocess.Popen[str], timeout: float) ->
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_sigkill_then_resume(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     path = h.write_study(tmp_path / "killed.yaml", "killed", space=SPACE,

@@ -1,0 +1,63 @@
+"""What a running study is, and the trial bookkeeping both the engine and its driver loop share.
+
+``counted_trials`` is the budget rule: trials completed, pruned or failed count; those rejected
+by a constraint or closed because a crash interrupted them do not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from nas.errors import NasError
+from nas.tasks import TaskGeometry
+from search_spaces import SearchSpace
+from studies.spec import StudySpec
+from studies.storage import session, set_trial_user_attrs
+
+__all__ = ["COUNTED_EXCLUDED", "StudyRun", "counted_trials", "mark_interrupted", "tell"]
+
+COUNTED_EXCLUDED = ("rejected", "interrupted")
+
+
+@dataclass
+class StudyRun:
+    """What a driver knows about one study while it runs."""
+
+    spec: StudySpec
+    space: SearchSpace
+    study: optuna.Study
+    storage: optuna.storages.RDBStorage
+    geometry: TaskGeometry | None = None
+    messages: list[str] = field(default_factory=list)
+
+
+def counted_trials(trials: list[optuna.trial.FrozenTrial]) -> int:
+    """Trials that count against the budget: completed, pruned or failed, not counting
+    constraint-rejected ones nor those closed because a crash interrupted them."""
+    return sum(
+        1 for t in trials
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+        and t.user_attrs.get("nas.status") not in COUNTED_EXCLUDED
+    )
+
+
+def tell(run: StudyRun, trial: Any, state: TrialState, values: list[float] | None,
+         attrs: dict[str, Any]) -> None:
+    """Finish ``trial``: its user attributes (one transaction), then Optuna's ``tell``."""
+    with session(run.storage.url):
+        set_trial_user_attrs(run.storage, trial._trial_id, attrs)
+        run.study.tell(trial, values if state == TrialState.COMPLETE else None, state=state)
+
+
+def mark_interrupted(run: StudyRun, trial: Any) -> None:
+    """Close a trial this driver started but will not finish, and enqueue it again."""
+    try:
+        tell(run, trial, TrialState.FAIL, None, {
+            "nas.status": "interrupted", "nas.reason": "the driver was interrupted"})
+        run.study.enqueue_trial(trial.params, user_attrs={"nas.rerun_of": trial.number})
+    except NasError:
+        pass
