@@ -35,4 +35,4 @@ fi
 echo "system-deps: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null
+$sudo apt-get install -y -qq "${missing[@]}" > /dev/null

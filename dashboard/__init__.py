@@ -1,8 +1,9 @@
 """The dashboard: a Dash app over a study database, read-only (``nas dashboard``).
 
-``create_app(storage_url)`` builds it; ``dashboard.data`` reads (SQL), ``dashboard.analysis``
-derives (front, hypervolume, importance), ``dashboard.figures`` draws and ``dashboard.layout``
-lays out the pages.
+``create_app(storage_url)`` builds it. ``dashboard.data`` reads the database (SQL, read-only),
+``dashboard.analysis`` derives the front, hypervolume and importance, ``dashboard.figures``
+draws, ``dashboard.layout`` lays out the pages, ``dashboard.exports`` renders config downloads
+through ``studies.export``, and ``dashboard.testing`` drives the callbacks over HTTP.
 """
 
 from dashboard.app import create_app

@@ -7,6 +7,7 @@ print) value for value; they only avoid its O(n^2) scan, which takes 5 s for 10,
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -187,8 +188,11 @@ def knob_groups(column: pd.Series, *, bins: int = IMPORTANCE_BINS) -> pd.Series:
         isinstance(v, (int, float, np.integer, np.floating))
         and not isinstance(v, (bool, np.bool_)) for v in uniques)
     if is_number and len(uniques) > bins:
-        cut = pd.qcut(present.astype(float), bins, duplicates="drop", precision=3)
-        groups = cut.astype(str).astype(object)
+        codes, edges = pd.qcut(present.astype(float), bins, labels=False, retbins=True,
+                               duplicates="drop")
+        names = np.array([f"({lo:.3g}, {hi:.3g}]" for lo, hi in itertools.pairwise(edges)],
+                         dtype=object)  # labelled here: pandas' interval labels are slow
+        groups = pd.Series(names[codes.to_numpy(dtype=int)], index=present.index, dtype=object)
     else:  # each distinct value labelled once (knob values are few)
         labels = {v: _label(v) for v in uniques}
         groups = pd.Series([labels[v] for v in present.to_numpy(dtype=object)],

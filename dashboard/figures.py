@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -99,21 +99,19 @@ def _number(value: Any) -> str:
     return text(value)
 
 
-def _column_text(column: pd.Series) -> np.ndarray:
-    """A column as short escaped display strings ("-" where missing), formatting each distinct
-    value once."""
+def _column_text(column: pd.Series, prefix: str = "") -> np.ndarray:
+    """A column as short escaped display strings ("-" where missing), each after ``prefix``;
+    every distinct value is formatted once."""
     values = column.to_numpy(dtype=object)
-    out = np.empty(len(values), dtype=object)
-    cache: dict[Any, str] = {}
-    for i, v in enumerate(values):
-        key = (type(v), v) if not (isinstance(v, float) and math.isnan(v)) else "nan"
-        try:
-            out[i] = cache[key]
-        except KeyError:
-            out[i] = cache[key] = _number(v)
-        except TypeError:  # an unhashable value
-            out[i] = _number(v)
-    return out
+    # Keyed by type too: True and 1 are equal (and hash alike) but read differently.
+    keys = np.empty(len(values), dtype=object)
+    keys[:] = [None if v is None or (isinstance(v, float) and math.isnan(v))
+               else (type(v).__name__, v if isinstance(v, Hashable) else repr(v))
+               for v in values]
+    codes, uniques = pd.factorize(keys, use_na_sentinel=True)
+    firsts = {code: i for i, code in reversed(list(enumerate(codes)))}
+    labels = [prefix + _number(values[firsts[c]]) for c in range(len(uniques))]
+    return np.array([*labels, prefix + "-"], dtype=object)[codes]  # -1: missing, the last
 
 
 def hover_labels(data: StudyData) -> pd.Series:
@@ -121,8 +119,9 @@ def hover_labels(data: StudyData) -> pd.Series:
     number, status and reason, objective values, knobs and arch_id, all escaped. The Pareto
     views share them (``labels=``), so a large study builds them once.
 
-    Plain per-point strings: plotly copies a 2-D ``customdata`` of strings element by element,
-    which costs more than repeating the names in every label."""
+    One string per point, names repeated: a 2-D ``customdata`` with a shared hover template
+    would be smaller, but plotly copies string arrays item by item, several times per figure,
+    which for 10,000 points costs more than the bytes saved."""
     trials = data.trials
     shown = trials[(trials.state == "complete") | (trials.status == "rejected")]
     return pd.Series(_hover(shown, data), index=shown.index, dtype=object)
@@ -134,9 +133,9 @@ def _hover(df: pd.DataFrame, data: StudyData) -> list[str]:
     status = [f"<b>trial {n}</b> {'not trained: ' if s == 'rejected' else ''}{text(s)}"
               + (f"<br>{text(r[:120])}" if isinstance(r, str) and r else "")
               for n, s, r in zip(df.number, df.status, df.reason, strict=True)]
-    cells = [[f"{name} = {value}" for value in _column_text(df[column])]
+    cells = [_column_text(df[column], f"{name} = ")
              for name, column in zip(names, columns, strict=True)]
-    cells.append([f"arch_id {value}" for value in _column_text(df.arch_id)])
+    cells.append(_column_text(df.arch_id, "arch_id "))
     return ["<br>".join(row) for row in zip(status, *cells, strict=True)]
 
 

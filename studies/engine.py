@@ -187,7 +187,11 @@ def load_existing(name: str, storage: optuna.storages.RDBStorage | str | None = 
 
 
 def close_interrupted(run: StudyRun) -> int:
-    """Close trials a crash left RUNNING as failed, and enqueue their parameters again."""
+    """Close trials a crash left RUNNING as failed, and enqueue their parameters again.
+
+    A trial killed between ``ask`` and the drawing of its parameters has no configuration to
+    run again: it is only closed (the sampler draws a fresh one in its place).
+    """
     storage, n = run.storage, 0
     with session(storage.url):
         for t in run.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -195,8 +199,9 @@ def close_interrupted(run: StudyRun) -> int:
                 "nas.status": "interrupted",
                 "nas.reason": "the driver stopped while this trial ran"})
             storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-            run.study.enqueue_trial(t.params, user_attrs={"nas.rerun_of": t.number},
-                                    skip_if_exists=False)
+            if t.params:  # killed after its configuration was drawn: run that again
+                run.study.enqueue_trial(t.params, user_attrs={"nas.rerun_of": t.number},
+                                        skip_if_exists=False)
             n += 1
     return n
 
