@@ -7,7 +7,9 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-__all__ = ["FamilyModel"]
+from nas.config import ArchConfig
+
+__all__ = ["FamilyModel", "attention_knobs", "ffn_knobs"]
 
 
 class FamilyModel(nn.Module):
@@ -46,3 +48,23 @@ class FamilyModel(nn.Module):
     def extra_state_for_checkpoint(self) -> dict[str, Any]:
         """Anything besides the config and weights needed to rebuild the model (tokenizers)."""
         return {}
+
+
+def attention_knobs(config: ArchConfig) -> dict[str, Any]:
+    """The keyword arguments of ``nas.layers.Attention`` that ``config``'s knobs set."""
+    return {
+        "groups": config.attention_groups,
+        "merge_groups": config.merge_groups,
+        "weight_sharing": config.weight_sharing,
+        "qk_multiplier": config.qk_multiplier,
+        "sharing": config.attention_sharing,
+    }
+
+
+def ffn_knobs(config: ArchConfig) -> dict[str, Any]:
+    """The keyword arguments of ``nas.layers.FeedForward`` that ``config``'s knobs set."""
+    return {
+        "groups": config.ffn_groups,
+        "intermediate_groups": config.intermediate_groups,
+        "weight_sharing": config.weight_sharing,
+    }

@@ -25,7 +25,7 @@ from torch import nn
 
 from nas.config import ArchConfig
 from nas.layers import Attention, FeedForward, SharedStack
-from nas.models.base import FamilyModel
+from nas.models.base import FamilyModel, attention_knobs, ffn_knobs
 from nas.tasks import TaskGeometry
 
 __all__ = [
@@ -342,18 +342,10 @@ def build(
     if config.family != "lxmert":
         raise ValueError(f"`config.family` must be 'lxmert', but got {config.family!r}.")
     d = config.d_model
-    attention = partial(
-        Attention, d, config.heads,
-        groups=config.attention_groups, merge_groups=config.merge_groups,
-        weight_sharing=config.weight_sharing, qk_multiplier=config.qk_multiplier,
-        sharing=config.attention_sharing, attn_drop=dropout, device=device, dtype=dtype,
-    )
-    ffn = partial(
-        FeedForward, d, config.d_ff,
-        groups=config.ffn_groups, intermediate_groups=config.intermediate_groups,
-        weight_sharing=config.weight_sharing, act_layer=nn.GELU, drop=0.0,
-        device=device, dtype=dtype,
-    )
+    attention = partial(Attention, d, config.heads, **attention_knobs(config), attn_drop=dropout,
+                        device=device, dtype=dtype)
+    ffn = partial(FeedForward, d, config.d_ff, **ffn_knobs(config), act_layer=nn.GELU,
+                  drop=0.0, device=device, dtype=dtype)
 
     def stack(name: str, layer: type[nn.Module]) -> SharedStack:
         pattern = config.sharing_pattern(name)

@@ -18,7 +18,7 @@ from torch import nn
 
 from nas.config import ArchConfig
 from nas.layers import Attention, FeedForward, SharedStack
-from nas.models.base import FamilyModel
+from nas.models.base import FamilyModel, attention_knobs, ffn_knobs
 from nas.models.decoding import DecodeState, LayerCache, beam_search, greedy_search
 from nas.radix import num_digits
 from nas.tasks import TaskGeometry
@@ -247,18 +247,11 @@ class ORTCaptioner(FamilyModel):
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
 
         def attention() -> Attention:
-            return Attention(
-                d, h, groups=config.attention_groups, merge_groups=config.merge_groups,
-                weight_sharing=config.weight_sharing, qk_multiplier=config.qk_multiplier,
-                sharing=config.attention_sharing, attn_drop=dropout, **kw,
-            )
+            return Attention(d, h, **attention_knobs(config), attn_drop=dropout, **kw)
 
         def ffn() -> FeedForward:
-            return FeedForward(
-                d, config.d_ff, groups=config.ffn_groups,
-                intermediate_groups=config.intermediate_groups,
-                weight_sharing=config.weight_sharing, act_layer=nn.ReLU, drop=dropout, **kw,
-            )
+            return FeedForward(d, config.d_ff, **ffn_knobs(config), act_layer=nn.ReLU,
+                               drop=dropout, **kw)
 
         geometry = BoxGeometry()
         enc_pattern = config.sharing_pattern("encoder")

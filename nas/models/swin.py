@@ -26,9 +26,9 @@ from torch import nn
 from nas.config import ArchConfig, AttentionSharing
 from nas.layers import Attention, FeedForward
 from nas.layers.attention import Cache
+from nas.models.base import attention_knobs, ffn_knobs
 from nas.models.vit import (
     ImageClassifier,
-    attention_knobs,
     check_patch_grid,
     init_like_timm,
     split_fused_qkv,
@@ -190,9 +190,8 @@ def build(
             block.dim, h * scale, block.window_size, **knobs, device=device, dtype=dtype
         ))
         block.add_module("mlp", FeedForward(
-            block.dim, ff * scale, groups=config.ffn_groups,
-            intermediate_groups=config.intermediate_groups, weight_sharing=config.weight_sharing,
-            act_layer=nn.GELU, device=device, dtype=dtype,
+            block.dim, ff * scale, **ffn_knobs(config), act_layer=nn.GELU, device=device,
+            dtype=dtype,
         ))
     init_like_timm(net.layers)
     return Swin(net, image_size=task.image_size, in_chans=task.in_chans)

@@ -23,7 +23,7 @@ from nas.config import ArchConfig, AttentionSharing
 from nas.errors import ConfigError
 from nas.layers import Attention, FeedForward, GroupLinear, SharedStack
 from nas.layers.attention import Cache
-from nas.models.base import FamilyModel
+from nas.models.base import FamilyModel, attention_knobs, ffn_knobs
 from nas.tasks import TaskGeometry
 
 __all__ = [
@@ -31,7 +31,6 @@ __all__ = [
     "TimmAttention",
     "TimmFeedForward",
     "ViT",
-    "attention_knobs",
     "build",
     "check_patch_grid",
     "convert_timm_state_dict",
@@ -39,17 +38,6 @@ __all__ = [
     "split_fused_qkv",
     "timm_weight_init",
 ]
-
-
-def attention_knobs(config: ArchConfig) -> dict[str, Any]:
-    """The keyword arguments of ``nas.layers.Attention`` that ``config``'s knobs set."""
-    return {
-        "groups": config.attention_groups,
-        "merge_groups": config.merge_groups,
-        "weight_sharing": config.weight_sharing,
-        "qk_multiplier": config.qk_multiplier,
-        "sharing": config.attention_sharing,
-    }
 
 
 class TimmAttention(Attention):
@@ -273,8 +261,7 @@ def build(
     d, pattern = config.d_model, config.sharing_pattern("encoder")
     attn_layer = _bind(TimmAttention, **attention_knobs(config))
     mlp_layer = _bind(
-        TimmFeedForward, hidden=config.d_ff, groups=config.ffn_groups,
-        intermediate_groups=config.intermediate_groups, weight_sharing=config.weight_sharing,
+        TimmFeedForward, hidden=config.d_ff, **ffn_knobs(config),
     )
     net = VisionTransformer(
         img_size=task.image_size,
