@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, cast
 
@@ -18,7 +17,14 @@ import numpy as np
 import pandas as pd
 
 from dashboard.data import StudyData
-from studies.pareto import hypervolume, to_minimization
+from studies.pareto import (
+    Sweep,
+    hypervolume,
+    nondominated_mask,
+    normalise,
+    pareto_sweep,
+    to_minimization,
+)
 
 __all__ = [
     "IMPORTANCE_BINS",
@@ -31,139 +37,25 @@ __all__ = [
     "importances",
     "knob_groups",
     "omega_squared",
-    "pareto_mask",
     "pareto_sweep",
     "sort_trials",
 ]
 
 # ----------------------------------------------------------------------------- Pareto front
-def _dominated_by(front: np.ndarray, point: np.ndarray) -> bool:
-    return bool(np.any(np.all(front <= point, axis=1) & np.any(front < point, axis=1)))
-
-
-def _dominated_rows(front: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """For each of ``rows``, whether a row of ``front`` dominates it (vectorised)."""
-    front, rows = front[None, :, :], rows[:, None, :]
-    return np.any(np.all(front <= rows, axis=2) & np.any(front < rows, axis=2), axis=1)
-
-
-def _chunk(front_size: int) -> int:
-    # Small enough that the front improves between chunks, and that a chunk's comparison
-    # array (chunk x front x objectives) stays small.
-    return max(16, min(256, 100_000 // max(1, front_size)))
-
-
-def pareto_mask(points: np.ndarray) -> np.ndarray:
-    """True where no other row is at least as good everywhere and better somewhere
-    (minimisation): the same answer as ``studies.pareto.nondominated_mask``.
-
-    Rows are visited in lexicographic order, where every dominator of a row comes before it, so
-    each row is compared with the front found so far only, a chunk of rows at a time:
-    O(n * front) instead of O(n^2).
-    """
-    points = np.asarray(points, dtype=float)
-    mask = np.zeros(len(points), dtype=bool)
-    order = np.lexsort(points.T[::-1]) if len(points) else np.zeros(0, dtype=int)
-    front: list[int] = []
-    start = 0
-    while start < len(order):
-        rows = order[start:start + _chunk(len(front))]
-        start += len(rows)
-        if front:
-            rows = rows[~_dominated_rows(points[front], points[rows])]
-        for i in rows:  # few are left; one may still dominate a later one of the chunk
-            if not (front and _dominated_by(points[front], points[i])):
-                front.append(int(i))
-    mask[front] = True
-    return mask
-
-
 def front_mask(values: np.ndarray, directions: Sequence[str]) -> np.ndarray:
     """The Pareto-optimal rows of objective ``values`` (one column per objective)."""
     if len(values) == 0:
         return np.zeros(0, dtype=bool)
-    return pareto_mask(to_minimization(cast(Any, values), directions))
+    return nondominated_mask(to_minimization(cast(Any, values), directions))
 
 
 # ----------------------------------------------------------------------------- hypervolume
-def _normalised(values: np.ndarray, directions: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    # Exactly ``studies.pareto``'s scaling: each objective to [0, 1] over all values, the
-    # reference point at 1.1; so the numbers equal those ``nas status`` prints.
-    points = to_minimization(cast(Any, values), directions)
-    low, high = points.min(axis=0), points.max(axis=0)
-    span = np.where(high > low, high - low, 1.0)
-    return (points - low) / span, np.full(points.shape[1], 1.1)
-
-
 def final_hypervolume(values: np.ndarray, directions: Sequence[str]) -> float:
     """``studies.pareto.hypervolume_history(values, directions)[-1]``, without the history."""
     if len(values) == 0:
         return 0.0
-    points, ref = _normalised(values, directions)
-    return hypervolume(points[pareto_mask(points)], ref)
-
-
-@dataclass(frozen=True)
-class Sweep:
-    """The trials in order: hypervolume after rows ``positions`` and the final front."""
-
-    positions: list[int]
-    volumes: list[float]
-    front: np.ndarray  # mask over the rows
-
-    @property
-    def hypervolume(self) -> float:
-        return self.volumes[-1] if self.volumes else 0.0
-
-
-def pareto_sweep(values: np.ndarray, directions: Sequence[str], *,
-                 max_points: int | None = None) -> Sweep:
-    """Walk ``values``' rows in order keeping the running front; the hypervolume after each row
-    (as ``studies.pareto.hypervolume_history``) and the final front (as
-    :func:`front_mask`), in one pass.
-
-    The volume is recomputed only where the front changed. With ``max_points`` it is reported
-    at that many evenly spaced rows (always the last) for a long study's plot; each value is
-    still exact.
-    """
-    n = len(values)
-    if n == 0:
-        return Sweep([], [], np.zeros(0, dtype=bool))
-    points, ref = _normalised(values, directions)
-    if max_points is None or n <= max_points:
-        wanted = np.ones(n, dtype=bool)
-    else:
-        wanted = np.zeros(n, dtype=bool)
-        wanted[np.unique(np.linspace(0, n - 1, max_points).round().astype(int))] = True
-    front: list[int] = []
-    positions: list[int] = []
-    volumes: list[float] = []
-    volume, changed, start = 0.0, False, 0
-    while start < n:
-        rows = np.arange(start, min(n, start + _chunk(len(front))))
-        start += len(rows)
-        # Dominated by the front as it stood before the chunk: dominated for good (whatever
-        # replaced a front row later dominates that row too).
-        skip = (_dominated_rows(points[front], points[rows]) if front
-                else np.zeros(len(rows), dtype=bool))
-        for i, dominated in zip(rows, skip, strict=True):
-            if not dominated:
-                current = points[front]
-                if not (front and _dominated_by(current, points[i])):
-                    if front:
-                        beaten = (np.all(points[i] <= current, axis=1)
-                                  & np.any(points[i] < current, axis=1))
-                        front = [j for j, out in zip(front, beaten, strict=True) if not out]
-                    front.append(int(i))
-                    changed = True
-            if wanted[i]:
-                if changed:
-                    volume, changed = hypervolume(points[front], ref), False
-                positions.append(int(i))
-                volumes.append(volume)
-    mask = np.zeros(n, dtype=bool)
-    mask[front] = True
-    return Sweep(positions, volumes, mask)
+    points, ref = normalise(cast(Any, values), directions)
+    return hypervolume(points[nondominated_mask(points)], ref)
 
 
 def hypervolume_curve(values: np.ndarray, directions: Sequence[str], *,
