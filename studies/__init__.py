@@ -1,12 +1,39 @@
 """The study engine and the study files: multi-objective search on Ray, Optuna studies in SQL.
 
 Study files (``*.yaml`` in this folder) ship with the package; see ``studies.spec`` for the keys.
+
+The names below are imported on first use, so that ``import studies.storage`` (the dashboard,
+``nas status``) does not pay for torch, Ray and the model code that the engine needs.
 """
 
-from studies.engine import StudyRun, counted_trials, create_study, load_existing, run_study
-from studies.report import list_studies, pareto_trials, study_status
-from studies.spec import OBJECTIVES, StudySpec, load_study_spec
-from studies.storage import DEFAULT_STORAGE, StorageError, open_storage, resolve_storage_url
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from studies.engine import StudyRun, counted_trials, create_study, load_existing, run_study
+    from studies.report import list_studies, pareto_trials, study_status
+    from studies.spec import OBJECTIVES, StudySpec, load_study_spec
+    from studies.storage import DEFAULT_STORAGE, StorageError, open_storage, resolve_storage_url
+
+_HOME = {
+    "StudyRun": "studies.engine",
+    "counted_trials": "studies.engine",
+    "create_study": "studies.engine",
+    "load_existing": "studies.engine",
+    "run_study": "studies.engine",
+    "list_studies": "studies.report",
+    "pareto_trials": "studies.report",
+    "study_status": "studies.report",
+    "OBJECTIVES": "studies.spec",
+    "StudySpec": "studies.spec",
+    "load_study_spec": "studies.spec",
+    "DEFAULT_STORAGE": "studies.storage",
+    "StorageError": "studies.storage",
+    "open_storage": "studies.storage",
+    "resolve_storage_url": "studies.storage",
+}
 
 __all__ = [
     "DEFAULT_STORAGE",
@@ -25,3 +52,16 @@ __all__ = [
     "run_study",
     "study_status",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'studies' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

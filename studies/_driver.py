@@ -17,12 +17,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import TrialState
 
-from nas.cost import Cost, estimate_cost
 from nas.errors import NasError
 from nas.tasks import TaskGeometry
 from studies._trials import COUNTED_EXCLUDED, StudyRun, counted_trials, mark_interrupted, tell
@@ -31,12 +30,21 @@ from studies.pareto import normalized_hypervolume
 from studies.spec import StudySpec
 from studies.storage import session, set_trial_user_attrs, write_epoch
 
+if TYPE_CHECKING:  # the cost model (torch) is imported when the first trial is costed
+    from nas.cost import Cost
+
 __all__ = ["Driver", "Evaluator", "init_ray"]
 
 # A space whose every draw breaks the constraints would otherwise be sampled forever.
 _MAX_REJECTED_IN_A_ROW = 200
 _POLL_SECONDS = 0.5  # how often the driver writes epoch reports while trials run
 Evaluator = Callable[..., dict[str, Any]]
+
+
+def _estimate_cost(config: Any, geometry: TaskGeometry) -> Cost:
+    from nas.cost import estimate_cost
+
+    return estimate_cost(config, geometry)
 
 
 def _objective_values(spec: StudySpec, cost: Cost, result: dict[str, Any]) -> list[float] | str:
@@ -241,7 +249,7 @@ class Driver:
             trial = run.study.ask()
         try:
             config, train_overrides = run.space.suggest(trial)
-            cost = self.costs.get(config.arch_id) or estimate_cost(config, self.geometry)
+            cost = self.costs.get(config.arch_id) or _estimate_cost(config, self.geometry)
         except NasError as exc:  # a space that lets an invalid config through: record, go on
             self.reject(trial, str(exc), {})
             return None

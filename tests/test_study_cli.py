@@ -147,3 +147,18 @@ def test_stored_study_file_round_trips(stored) -> None:
     attrs = optuna.load_study(study_name="s", storage=stored).user_attrs
     assert StudySpec.from_dict(attrs["nas.spec"]) == StudySpec.from_dict(h.study_dict("s"))
     assert attrs["nas.geometry"]["name"] == "digits" and Path(stored[10:]).exists()
+
+
+def test_reading_studies_does_not_import_torch_or_ray() -> None:
+    # `nas status/pareto` and the dashboard read the database only: they must start without the
+    # model code (torch alone takes seconds to import) and without Ray.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, nas_cli.main, studies, studies.report, studies.engine, dashboard; "
+        "studies.StudySpec, studies.list_studies, studies.run_study; "
+        "print(sorted(m for m in ('torch', 'ray', 'timm') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
