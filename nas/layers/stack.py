@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -28,6 +28,11 @@ class SharedStack(nn.Module):
             )
         self.layers = nn.ModuleList(layers)
         self.pattern = tuple(pattern)
+
+    @classmethod
+    def build(cls, make_layer: Callable[[], nn.Module], pattern: Sequence[int]) -> SharedStack:
+        """One ``make_layer()`` per distinct index of ``pattern``, executed in that pattern."""
+        return cls([make_layer() for _ in range(len(set(pattern)))], pattern)
 
     def __len__(self) -> int:
         return len(self.pattern)

@@ -260,12 +260,11 @@ def build(
                   drop=dropout, device=device, dtype=dtype)
 
     def stack(name: str, layer: type[nn.Module]) -> SharedStack:
-        pattern = config.sharing_pattern(name)
-        layers = [
-            layer(d, attention=attention, ffn=ffn, dropout=dropout, device=device, dtype=dtype)
-            for _ in range(len(set(pattern)))
-        ]
-        return SharedStack(layers, pattern)
+        return SharedStack.build(
+            partial(layer, d, attention=attention, ffn=ffn, dropout=dropout, device=device,
+                    dtype=dtype),
+            config.sharing_pattern(name),
+        )
 
     return MCAN(
         vocab=task.question_vocab,

@@ -254,25 +254,22 @@ class ORTCaptioner(FamilyModel):
                                drop=dropout, **kw)
 
         geometry = BoxGeometry()
-        enc_pattern = config.sharing_pattern("encoder")
-        enc_layers = [
-            EncoderLayer(d, attention(), ffn(), h, geometry_dim=geometry.dim, dropout=dropout, **kw)
-            for _ in range(max(enc_pattern) + 1)
-        ]
-        dec_pattern = config.sharing_pattern("decoder")
-        dec_layers = [
-            DecoderLayer(d, attention(), attention(), ffn(), dropout=dropout, **kw)
-            for _ in range(max(dec_pattern) + 1)
-        ]
+        encoder = SharedStack.build(
+            lambda: EncoderLayer(d, attention(), ffn(), h, geometry_dim=geometry.dim,
+                                 dropout=dropout, **kw),
+            config.sharing_pattern("encoder"),
+        )
+        decoder = SharedStack.build(
+            lambda: DecoderLayer(d, attention(), attention(), ffn(), dropout=dropout, **kw),
+            config.sharing_pattern("decoder"),
+        )
         self.region_embed = nn.Sequential(
             nn.Linear(region_dim, d, **kw), nn.ReLU(), nn.Dropout(dropout)
         )
-        self.encoder = _Encoder(
-            SharedStack(enc_layers, enc_pattern), nn.LayerNorm(d, **kw), geometry
-        )
+        self.encoder = _Encoder(encoder, nn.LayerNorm(d, **kw), geometry)
         positions = max_positions if max_positions is not None else 2 * (caption_len + 2)
         self.token_embed = _TokenEmbedding(vocab_size, d, positions, dropout=dropout, **kw)
-        self.decoder = _Decoder(SharedStack(dec_layers, dec_pattern), nn.LayerNorm(d, **kw))
+        self.decoder = _Decoder(decoder, nn.LayerNorm(d, **kw))
         self.head = nn.Linear(d, vocab_size, **kw)
 
     # ------------------------------------------------------------------ teacher forcing
