@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import random
 from typing import Any
@@ -10,6 +11,7 @@ import pytest
 import torch
 from modelcheck import check_against_materialised, random_knobs, random_pattern
 
+import nas.models.ort as ort_module
 from nas.config import ArchConfig
 from nas.cost import estimate_cost
 from nas.models import create_model
@@ -369,11 +371,20 @@ def test_beam_output_decodes_through_the_radix_tokenizer() -> None:
         assert set(sentence) <= set(tokenizer.words)
 
 
-def test_decoding_past_the_position_table_is_an_error() -> None:
-    model = _tiny_model()
+def test_decoding_past_the_position_table_extends_it() -> None:
+    # A model that never emits EOS decodes to max_len, which may pass the table built for the
+    # task's captions (the trainer's max_decode_len is its own setting): the sinusoids extend.
+    model = _tiny_model().eval()
     with torch.no_grad():
         model.head.bias[model.eos_id] = -1e4  # never finish early
-    inputs = _inputs(model, 1)
+    inputs = _inputs(model, 2)
     limit = model.token_embed.positions.shape[0]
-    with pytest.raises(ValueError, match="max_positions"):
-        model.generate(inputs["regions"], inputs["boxes"], max_len=limit + 1)
+    wide = copy.deepcopy(model)
+    dim = model.token_embed.positions.shape[1]
+    wide.token_embed.positions = ort_module._sinusoid_table(4 * limit, dim, "cpu", torch.float32)
+    out = model.generate(inputs["regions"], inputs["boxes"], max_len=limit + 5)
+    assert out.shape == (2, limit + 5)
+    assert model.token_embed.positions.shape[0] >= limit + 5
+    assert torch.equal(model.token_embed.positions, wide.token_embed.positions[:len(
+        model.token_embed.positions)])
+    assert torch.equal(out, wide.generate(inputs["regions"], inputs["boxes"], max_len=limit + 5))

@@ -211,10 +211,10 @@ class _TokenEmbedding(nn.Module):
     def forward(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
         """(B, T) ids at positions start..start+T-1 -> (B, T, d)."""
         end = start + tokens.shape[1]
-        if end > self.positions.shape[0]:
-            raise ValueError(
-                f"Decoder positions up to {end} requested, but the model has "
-                f"max_positions={self.positions.shape[0]}."
+        if end > self.positions.shape[0]:  # sinusoids extend to any length: grow the table
+            length, dim = max(end, 2 * self.positions.shape[0]), self.positions.shape[1]
+            self.positions = _sinusoid_table(
+                length, dim, self.positions.device, self.positions.dtype
             )
         return self.drop(self.embed(tokens) * self.scale + self.positions[start:end])
 
