@@ -1,6 +1,7 @@
 """Do the quick proxy tasks discriminate? A dense baseline against a ten-times-smaller model.
 
-    python benchmarks/proxies.py [--tasks digits synthetic-vqa] [--seeds 0 1 2] [--threads 1]
+    python benchmarks/proxies.py [--tasks digits synthetic-vqa synthetic-captions] [--seeds 0 1 2]
+        [--threads 1]
 
 For each task, trains a small but real preset-derived network (``dense``) and one with at least
 ten times fewer parameters (``tiny``) under the task's quick default budget
@@ -8,8 +9,9 @@ ten times fewer parameters (``tiny``) under the task's quick default budget
 task's data stay fixed), and prints one row per run: task, model, params, seed, metric, seconds.
 Then, per task, the verdict on the claims of the quick budget:
 
-- the dense baseline reaches the task's bar (digits: accuracy >= 0.90; synthetic-vqa: at least
-  twice the chance level) in every seed;
+- the dense baseline reaches the task's bar (digits: accuracy >= 0.90; synthetic-vqa and
+  synthetic-captions: at least twice the chance level, VQA accuracy or CIDEr-D of the most
+  frequent caption) in every seed;
 - the tiny model scores lower: the gap between the two models' mean metric is larger than the
   seed-to-seed spread (max - min) of either model;
 - every run takes at most 60 seconds.
@@ -46,6 +48,12 @@ BASELINES: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
                                  "decoder_layers": 2}),
         "tiny": ("mcan-small", {"d_model": 8, "d_ff": 16, "heads": 1, "encoder_layers": 1,
                                 "decoder_layers": 1}),
+    },
+    "synthetic-captions": {
+        "dense": ("ort-base", {"d_model": 64, "d_ff": 128, "heads": 4, "encoder_layers": 2,
+                               "decoder_layers": 2}),
+        "tiny": ("ort-base", {"d_model": 8, "d_ff": 16, "heads": 1, "encoder_layers": 1,
+                              "decoder_layers": 1}),
     },
 }
 LIMIT_S = 60.0
