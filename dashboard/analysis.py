@@ -19,9 +19,8 @@ import pandas as pd
 from dashboard.data import StudyData
 from studies.pareto import (
     Sweep,
-    hypervolume,
     nondominated_mask,
-    normalise,
+    normalized_hypervolume,
     pareto_sweep,
     to_minimization,
 )
@@ -52,10 +51,7 @@ def front_mask(values: np.ndarray, directions: Sequence[str]) -> np.ndarray:
 # ----------------------------------------------------------------------------- hypervolume
 def final_hypervolume(values: np.ndarray, directions: Sequence[str]) -> float:
     """``studies.pareto.hypervolume_history(values, directions)[-1]``, without the history."""
-    if len(values) == 0:
-        return 0.0
-    points, ref = normalise(cast(Any, values), directions)
-    return hypervolume(points[nondominated_mask(points)], ref)
+    return normalized_hypervolume(cast(Any, values), directions)
 
 
 def hypervolume_curve(values: np.ndarray, directions: Sequence[str], *,
