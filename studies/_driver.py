@@ -99,6 +99,7 @@ class _Known:
     number: int
     values: list[float]
     epochs_reached: int | None
+    checkpoint: str | None = None
 
 
 class _Tally:
@@ -288,7 +289,8 @@ class Driver:
         previous = self.known[candidate.key]
         tell(self.run, candidate.trial, TrialState.COMPLETE, list(previous.values),
               {**attrs, "nas.status": "reused", "nas.reused_from": previous.number,
-               "nas.epochs_reached": previous.epochs_reached})
+               "nas.epochs_reached": previous.epochs_reached,
+               **({"nas.checkpoint": previous.checkpoint} if previous.checkpoint else {})})
         self.tally.add("reused", list(previous.values))
 
     def release_deferred(self) -> None:
@@ -315,7 +317,7 @@ class Driver:
         number = candidate.trial.number
         future = worker.run.remote(number, candidate.arch, candidate.settings, spec.task,
                                    spec.task_options, self.latency, self.coordinator,
-                                   cost_vector)
+                                   cost_vector, spec.checkpoint_dir(number))
         self.running[future] = (candidate, worker)
         self.in_flight[candidate.key] = number
         self.bar.show(len(self.running))
@@ -347,7 +349,8 @@ class Driver:
             self.tally.add(status, values)
             if status == "completed" and values is not None:
                 self.known[candidate.key] = _Known(candidate.trial.number, values,
-                                                   len(result.get("epochs") or []))
+                                                   len(result.get("epochs") or []),
+                                                   result.get("checkpoint"))
         self.bar.show(len(self.running))
 
     def write_reports(self, reports: list[tuple[int, dict[str, Any]]]) -> None:
@@ -411,7 +414,8 @@ def _trained_results(trials: list[optuna.trial.FrozenTrial]) -> dict[str, _Known
         if t.state == TrialState.COMPLETE and arch_id and isinstance(settings, dict):
             key = _result_key(arch_id, settings)
             if key not in out:
-                out[key] = _Known(t.number, list(t.values), t.user_attrs.get("nas.epochs_reached"))
+                out[key] = _Known(t.number, list(t.values), t.user_attrs.get("nas.epochs_reached"),
+                                  t.user_attrs.get("nas.checkpoint"))
     return out
 
 
@@ -430,6 +434,8 @@ def _finish_trial(run: StudyRun, candidate: _Candidate,
         attrs["nas.reason"] = result["reason"]
     if "latency_ms" in result:
         attrs["nas.latency_ms"] = result["latency_ms"]
+    if result.get("checkpoint"):
+        attrs["nas.checkpoint"] = result["checkpoint"]
     if status == "completed":
         values = _objective_values(run.spec, candidate.cost, result)
         if isinstance(values, str):

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -93,6 +95,18 @@ def _check_task(spec: StudySpec) -> None:
         raise ConfigError(f"Unknown task {spec.task!r}; trainable tasks are {list_tasks()}.")
 
 
+def _check_checkpoints(spec: StudySpec) -> None:
+    """The ``checkpoints`` folder can be made: its nearest existing ancestor is a writable
+    folder (checked without writing; on a cluster the workers write there)."""
+    if spec.checkpoints is None:
+        return
+    path = Path(spec.checkpoints)
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"Study key `checkpoints`: {str(existing)!r} is not a writable folder, "
+                          f"so {spec.checkpoints!r} cannot be made there.")
+
+
 def _task_geometry(spec: StudySpec) -> TaskGeometry:
     """The geometry costs are computed on: a cost-only geometry when a study's own evaluator
     trains on it, else the trainable task's, by building it."""
@@ -117,6 +131,7 @@ def create_study(spec: StudySpec, storage_url: str | None = None, *,
     if spec.evaluator:
         _load_evaluator(spec.evaluator)
     _check_task(spec)
+    _check_checkpoints(spec)
     storage = open_storage(storage_url)
     with session(storage.url):
         existing = {s.study_name for s in optuna.study.get_all_study_summaries(storage)}

@@ -6,7 +6,10 @@ here, ``train`` (fixed training settings), ``enqueue`` (architectures to evaluat
 names, architecture files or inline mappings) and ``evaluator`` (``"module:function"``: a training
 function with the signature of ``studies.worker.evaluate_trial`` that replaces the built-in
 trainer on the workers, e.g. a user's own training loop; its module must be importable by the
-driver and by every Ray worker, e.g. through ``PYTHONPATH``). Unknown keys are an error.
+driver and by every Ray worker, e.g. through ``PYTHONPATH``), and ``checkpoints`` (a folder,
+stored absolute: each trained trial saves its weights in ``<folder>/<study>/trial-<N>/`` as
+``nas train --out`` does, recorded as the trial's ``nas.checkpoint``; an evaluator of one's own
+then receives ``checkpoint_dir`` and returns ``checkpoint``). Unknown keys are an error.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ OBJECTIVES: dict[str, Direction] = {
 }
 _CONSTRAINTS = ("params_max", "madds_max", "latency_ms_max", "params_min", "madds_min")
 _KEYS = ("name", "task", "space", "objectives", "constraints", "sampler", "budget", "fidelity",
-         "resources", "seed", "train", "enqueue", "description", "evaluator")
+         "resources", "seed", "train", "enqueue", "description", "evaluator", "checkpoints")
 _EVALUATOR = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
@@ -127,6 +130,7 @@ class StudySpec:
     enqueue: tuple[Any, ...] = ()
     description: str = ""
     evaluator: str | None = None
+    checkpoints: str | None = None  # absolute directory: each trial's weights, when set
 
     @property
     def directions(self) -> list[Direction]:
@@ -151,7 +155,14 @@ class StudySpec:
             "resources": {"cpu": self.resources.cpu, "gpu": self.resources.gpu},
             "seed": self.seed, "train": dict(self.train), "enqueue": list(self.enqueue),
             **({"evaluator": self.evaluator} if self.evaluator else {}),
+            **({"checkpoints": self.checkpoints} if self.checkpoints else {}),
         }
+
+    def checkpoint_dir(self, number: int) -> str | None:
+        """Where trial ``number`` saves its weights (``checkpoints/<study>/trial-<N>``)."""
+        if self.checkpoints is None:
+            return None
+        return str(Path(self.checkpoints) / self.name / f"trial-{number}")
 
     def training_key(self) -> str:
         """Hash of everything besides the architecture that decides a trial's result."""
@@ -246,6 +257,13 @@ class StudySpec:
                                           and _EVALUATOR.fullmatch(evaluator)):
             raise ConfigError(f"Study key `evaluator` must be 'module:function' (e.g. "
                               f"'my_trainer:evaluate'), but got {evaluator!r}.")
+        checkpoints = data.get("checkpoints")
+        if checkpoints is not None:
+            if not isinstance(checkpoints, str) or not checkpoints.strip():
+                raise ConfigError(f"Study key `checkpoints` must be a directory path, but got "
+                                  f"{checkpoints!r}.")
+            # Relative to where `nas run` runs; stored absolute, so a resume finds the same place.
+            checkpoints = str(Path(checkpoints.strip()).expanduser().absolute())
         return cls(
             name=study_name.strip(), task=task_name, task_options=task_options,
             space=dict(space) if isinstance(space, Mapping) else space,
@@ -253,7 +271,7 @@ class StudySpec:
             fidelity=fidelity, resources=resources,
             seed=_number(data.get("seed", 0), "seed", integer=True), train=train,
             enqueue=tuple(enqueue), description=str(data.get("description") or ""),
-            evaluator=evaluator,
+            evaluator=evaluator, checkpoints=checkpoints,
         )
 
     @staticmethod

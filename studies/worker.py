@@ -51,12 +51,18 @@ def measure_latency_ms(config: ArchConfig, geometry: TaskGeometry, *, repeats: i
 def evaluate_trial(
     arch: dict[str, Any], settings: dict[str, Any], task: str, task_options: dict[str, Any],
     *, latency: bool = False, report: Callable[[dict[str, Any]], bool] | None = None,
+    checkpoint_dir: str | None = None,
 ) -> dict[str, Any]:
-    """Train one architecture with one training config; the result as a plain dict."""
+    """Train one architecture with one training config; the result as a plain dict.
+
+    With ``checkpoint_dir`` (the study's ``checkpoints`` key) the trained weights are saved
+    there as ``nas train --out`` saves them, and ``checkpoint`` in the result is the file.
+    """
     config = ArchConfig.from_dict(arch)
     data = _task(task, task_options)
     cfg = TrainConfig.from_dict(settings)
-    result = train(config, cfg, data, (lambda e: report(asdict(e))) if report else None)
+    result = train(config, cfg, data, (lambda e: report(asdict(e))) if report else None,
+                   checkpoint_dir=checkpoint_dir)
     out = result.to_dict()
     if latency and result.status != "failed":
         out["latency_ms"] = measure_latency_ms(config, data.geometry)
@@ -73,13 +79,17 @@ class TrialWorker:
 
     def run(self, number: int, arch: dict[str, Any], settings: dict[str, Any], task: str,
             task_options: dict[str, Any], latency: bool, coordinator: Any,
-            cost_vector: list[float] | None = None) -> dict[str, Any]:
+            cost_vector: list[float] | None = None,
+            checkpoint_dir: str | None = None) -> dict[str, Any]:
         import ray
 
         def report(epoch: dict[str, Any]) -> bool:
             return bool(ray.get(coordinator.report.remote(number, epoch, cost_vector)))
 
-        out = self.evaluator(arch, settings, task, task_options, latency=latency, report=report)
+        # An evaluator of the user's own gets `checkpoint_dir` only when the study asks for it.
+        extra = {"checkpoint_dir": checkpoint_dir} if checkpoint_dir else {}
+        out = self.evaluator(arch, settings, task, task_options, latency=latency, report=report,
+                             **extra)
         out["node"] = ray.get_runtime_context().get_node_id()
         return out
 

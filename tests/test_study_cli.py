@@ -63,6 +63,9 @@ BAD_STUDIES: list[tuple[dict[str, Any], str]] = [
     ({"evaluator": "not a function"}, "module:function"),
     ({"evaluator": "no_such_module_here:evaluate"}, "'no_such_module_here'"),
     ({"enqueue": ["no-such-preset"]}, "no-such-preset"),
+    ({"checkpoints": 5}, "checkpoints"),
+    ({"checkpoints": " "}, "checkpoints"),
+    ({"checkpoints": "/dev/null/weights"}, "'/dev/null'"),
 ]
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import optuna
 import pytest
 import study_helpers as h
+import torch
 from optuna.trial import TrialState
 
 from nas.errors import NasError
@@ -26,6 +27,8 @@ from nas_cli.main import main as nas_main
 from studies import StudySpec, _driver, counted_trials, create_study, load_existing, run_study
 from studies.engine import close_interrupted
 from studies.storage import read_epochs
+from trainers import TrainConfig, get_task
+from trainers.loop import evaluate, load_checkpoint
 
 pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(600)]
 ray_local = h.ray_local
@@ -221,7 +224,8 @@ def test_a_real_study_trains_on_digits(tmp_path) -> None:
     """End to end: the real trainer on Ray workers, a tiny ViT on `digits` for 2 epochs."""
     url = f"sqlite:///{tmp_path / 'real.db'}"
     spec = StudySpec.from_dict(h.study_dict("real", budget={"trials": 2},
-                                            train={"batch_size": 128, "lr": 3e-3}))
+                                            train={"batch_size": 128, "lr": 3e-3},
+                                            checkpoints=str(tmp_path / "weights")))
     run = create_study(spec, url)
     run_study(run, progress=False)
     trials = h.load(url, "real")
@@ -231,6 +235,16 @@ def test_a_real_study_trains_on_digits(tmp_path) -> None:
         accuracy, params = t.values
         assert 0.1 < accuracy <= 1.0 and math.isfinite(accuracy)
         assert params == t.user_attrs["nas.cost"]["params"]
+        # `checkpoints:` keeps each trial's trained weights: they reproduce its accuracy.
+        path = Path(t.user_attrs["nas.checkpoint"])
+        assert path.parent == tmp_path / "weights" / "real" / f"trial-{t.number}"
+        model, config, blob = load_checkpoint(path)
+        assert config.arch_id == t.user_attrs["nas.arch_id"]
+        assert blob["result"]["value"] == accuracy
+        data = get_task("digits")
+        again = evaluate(model, data, TrainConfig.from_dict(t.user_attrs["nas.train"]),
+                         torch.device("cpu"), None)
+        assert again[data.metric] == pytest.approx(accuracy)
         assert t.user_attrs["nas.epochs_reached"] == 2 and t.user_attrs["nas.seconds"] > 0
         assert t.user_attrs["nas.node"]
         mine = [r for r in rows if r["trial_number"] == t.number]
