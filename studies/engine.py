@@ -75,6 +75,14 @@ def _load_evaluator(target: str) -> Evaluator:
     return function
 
 
+def _accepts(function: Evaluator, keyword: str) -> bool:
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: let the call decide
+        return True
+    return any(p.name == keyword or p.kind is p.VAR_KEYWORD for p in parameters)
+
+
 def _check_task(spec: StudySpec) -> None:
     """The task's name and option names, checked before anything is written (its data is built
     when the study runs)."""
@@ -129,7 +137,10 @@ def create_study(spec: StudySpec, storage_url: str | None = None, *,
     sampler = make_sampler(spec.sampler, spec.seed)
     enqueued = [_enqueue_params(space, item) for item in spec.enqueue]
     if spec.evaluator:
-        _load_evaluator(spec.evaluator)
+        evaluator = _load_evaluator(spec.evaluator)
+        if spec.checkpoints and not _accepts(evaluator, "checkpoint_dir"):
+            raise ConfigError(f"Study key `checkpoints` needs an evaluator that takes "
+                              f"`checkpoint_dir`; {spec.evaluator!r} does not.")
     _check_task(spec)
     _check_checkpoints(spec)
     storage = open_storage(storage_url)

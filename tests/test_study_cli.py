@@ -66,6 +66,7 @@ BAD_STUDIES: list[tuple[dict[str, Any], str]] = [
     ({"checkpoints": 5}, "checkpoints"),
     ({"checkpoints": " "}, "checkpoints"),
     ({"checkpoints": "/dev/null/weights"}, "'/dev/null'"),
+    ({"checkpoints": "weights", "evaluator": "study_helpers:instant"}, "checkpoint_dir"),
 ]
 
 
