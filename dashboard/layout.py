@@ -287,6 +287,8 @@ def trial_body(name: str, trial: Mapping[str, Any], formats: Sequence[str],
     state += [["epochs reached", fmt(trial["attrs"].get("nas.epochs_reached"))],
               ["arch_id", trial.get("arch_id") or "-"], ["started", fmt(trial["started"])],
               ["completed", fmt(trial["completed"])]]
+    if trial["attrs"].get("nas.checkpoint"):  # the study kept weights (`checkpoints:`)
+        state.append(["checkpoint", str(trial["attrs"]["nas.checkpoint"])])
     exports: list[Any] = [html.Span("Download the config as")]
     exports += [html.Button(f, id={"type": EXPORT, "format": f}, style=_BUTTON)
                 for f in formats]

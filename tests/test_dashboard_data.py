@@ -73,7 +73,7 @@ from dashboard.figures import (
     pareto_2d,
     pareto_3d,
 )
-from dashboard.layout import study_href, trial_href
+from dashboard.layout import study_href, trial_body, trial_href
 from dashboard.testing import callback_body, first_render, post_callback
 from nas.config import ArchConfig
 from nas.errors import NasError
@@ -525,6 +525,22 @@ def test_trial_page_and_exports(app: Any, study: EngineStudy, _no_git: None) -> 
     assert pareto.status == 200
     assert pareto.response["response"]["pareto-download"]["data"]["base64"]
     assert _db_digest(study.url) == before
+
+
+def test_trial_body_shows_a_kept_checkpoint() -> None:
+    trial = {"number": 3, "state": "complete", "status": "completed", "reason": None,
+             "values": {"accuracy": 0.5}, "attrs": {"nas.epochs_reached": 2}, "arch": None,
+             "cost": None, "train": None, "arch_id": "abc", "started": None, "completed": None}
+
+    def state_rows(trial: dict[str, Any]) -> dict[str, Any]:
+        body = trial_body("s", trial, ["yaml"], empty("cost"), empty("curves"))
+        table = next(c for c in body if getattr(c, "id", None) == "trial-state")
+        rows = table.children[1].children
+        return {row.children[0].children: row.children[1].children for row in rows}
+
+    assert "checkpoint" not in state_rows(trial)
+    kept = {**trial, "attrs": {**trial["attrs"], "nas.checkpoint": "/w/s/trial-3/abc.pt"}}
+    assert state_rows(kept)["checkpoint"] == "/w/s/trial-3/abc.pt"
 
 
 def test_live_refresh_sees_new_trials(app: Any, study: EngineStudy) -> None:
