@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,10 +17,26 @@ from nas.errors import ConfigError, NasError
 from nas.presets import PRESETS
 from nas.tasks import TaskGeometry
 
-__all__ = ["exported_geometry", "load_arch", "parse_overrides", "read_mapping"]
+__all__ = [
+    "exported_geometry",
+    "load_arch",
+    "parse_overrides",
+    "read_mapping",
+    "unwritable_ancestor",
+]
 
 # The top-level keys of a trial exported by `nas export --format yaml/json`.
 _EXPORT_KEYS = ("arch", "train", "task", "provenance")
+
+
+def unwritable_ancestor(folder: str | Path) -> Path | None:
+    """The nearest existing ancestor of ``folder`` (or itself) when it is not a writable folder,
+    so ``folder`` cannot be made there; None when it can. Checked without writing anything."""
+    path = Path(folder).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if existing.is_dir() and os.access(existing, os.W_OK | os.X_OK):
+        return None
+    return existing
 
 
 def read_mapping(path: str | Path, what: str = "file") -> dict[str, Any]:

@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -41,7 +39,7 @@ from optuna.trial import TrialState
 
 from nas.config import ArchConfig
 from nas.errors import ConfigError, NasError
-from nas.loading import load_arch
+from nas.loading import load_arch, unwritable_ancestor
 from nas.tasks import GEOMETRIES, TaskGeometry
 from search_spaces import SearchSpace, load_space
 from studies._driver import Driver, Evaluator, init_ray
@@ -104,14 +102,13 @@ def _check_task(spec: StudySpec) -> None:
 
 
 def _check_checkpoints(spec: StudySpec) -> None:
-    """The ``checkpoints`` folder can be made: its nearest existing ancestor is a writable
-    folder (checked without writing; on a cluster the workers write there)."""
+    """The ``checkpoints`` folder can be made (checked without writing; on a cluster the
+    workers write there)."""
     if spec.checkpoints is None:
         return
-    path = Path(spec.checkpoints)
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"Study key `checkpoints`: {str(existing)!r} is not a writable folder, "
+    blocked = unwritable_ancestor(spec.checkpoints)
+    if blocked is not None:
+        raise ConfigError(f"Study key `checkpoints`: {str(blocked)!r} is not a writable folder, "
                           f"so {spec.checkpoints!r} cannot be made there.")
 
 

@@ -352,6 +352,19 @@ def test_bad_input_gives_one_line_and_exit_2(db, tmp_path, capsys, argv, fragmen
     assert not (tmp_path / "out").exists()
 
 
+def test_an_out_folder_that_cannot_be_made_is_one_line_and_exit_2(db, tmp_path, capsys) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    for out, fragment in [(blocker, "is a file"), (blocker / "out", "not a writable folder")]:
+        code = nas_main(["export", "vit-digits", "--trial", "0", "--format", "yaml",
+                         "--out", str(out), "--storage", db.url])
+        printed, err = capsys.readouterr()
+        assert code == 2 and printed == ""
+        assert len(err.strip().splitlines()) == 1 and fragment in err and str(out) in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+    assert blocker.read_text() == "not a folder"
+
+
 def test_rejected_and_pruned_trials_export_without_objectives(db, tmp_path) -> None:
     rejected = N_DONE + 1
     record = trial_record("mcan-vqa", rejected, db.url)

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from nas.errors import ConfigError, NasError
+from nas.loading import unwritable_ancestor
 from studies.export._formats import FORMATS, Format
 from studies.export._record import TrialRecord, pareto_records, trial_record
 
@@ -66,6 +67,10 @@ def export_trials(
     out_dir = Path(out)
     if out_dir.exists() and not out_dir.is_dir():
         raise NasError(f"--out {str(out_dir)!r} is a file, not a folder.")
+    blocked = unwritable_ancestor(out_dir)
+    if blocked is not None:
+        raise NasError(f"--out {str(out_dir)!r} cannot be made: {str(blocked)!r} is not a "
+                       f"writable folder.")
     records = (pareto_records(name, storage_url) if trial is None
                else [trial_record(name, trial, storage_url)])
     for record in records:
@@ -78,9 +83,16 @@ def export_trials(
     if existing and not force:
         more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
         raise NasError(f"{str(existing[0])!r}{more} already exists; pass --force to overwrite.")
-    for path, text in targets.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        if path.suffix == ".sh":
-            path.chmod(0o755)
+    written: list[Path] = []
+    try:
+        for path, text in targets.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            written.append(path)
+            if path.suffix == ".sh":
+                path.chmod(0o755)
+    except OSError as exc:  # a full disk, a read-only mount: leave no half export behind
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise NasError(f"Cannot write {str(exc.filename or out_dir)!r}: {exc.strerror}.") from None
     return list(targets)
