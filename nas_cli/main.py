@@ -65,10 +65,13 @@ def _cmd_cost(args: argparse.Namespace) -> int:
 def _cmd_train(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from nas.loading import load_arch, parse_overrides
+    from nas.loading import load_arch, parse_overrides, unwritable_ancestor
     from trainers import TrainConfig, get_task, train
     from trainers.loop import quick_defaults
 
+    if args.out is not None and (blocked := unwritable_ancestor(args.out)) is not None:
+        raise NasError(f"--out {args.out!r} cannot be made: {str(blocked)!r} is not a writable "
+                       "folder.")  # found before training, not after it
     config = load_arch(args.arch, args.set)
     data = get_task(args.task, **parse_overrides(args.task_set))
     settings: dict[str, Any] = {**quick_defaults(args.task), **parse_overrides(args.train_set)}

@@ -36,6 +36,7 @@ CASES = [
     (["cost", "swin-tiny", "--set", "layer_sharing=(0x2)"], "swin"),
     (["cost"], "ARCH"),
     (["frobnicate"], "frobnicate"),
+    (["train", "deit-tiny", "--task", "digits", "--out", "/dev/null/ckpt"], "'/dev/null'"),
 ]
 
 
