@@ -88,7 +88,12 @@ def check_task_fits(family: str, task: TaskGeometry) -> None:
     """Raise ``ConfigError`` when ``family`` cannot run on ``task``."""
     if FAMILY_KIND[family] != task.kind:
         fitting = sorted(n for n, g in GEOMETRIES.items() if g.kind == FAMILY_KIND[family])
+        need = FAMILY_KIND[family]
         raise ConfigError(
-            f"Task {task.name!r} is a {task.kind} task, but family {family!r} needs a "
-            f"{FAMILY_KIND[family]} task such as {fitting}."
+            f"Task {task.name!r} is {_a(task.kind)} {task.kind} task, but family {family!r} "
+            f"needs {_a(need)} {need} task such as {fitting}."
         )
+
+
+def _a(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
