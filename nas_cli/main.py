@@ -145,8 +145,10 @@ def _after_run(name: str, storage: str | None) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from studies import create_study, load_study_spec, run_study
+    from studies.engine import check_ray_address
 
     spec = load_study_spec(_resolve_study_file(args.study), name=args.name)
+    check_ray_address(args.address)  # before the study is written
     run = create_study(spec, args.storage)
     print(f"study {spec.name!r}: {spec.budget.trials} trials of {spec.space!r} on {spec.task!r}, "
           f"storage {run.storage.url}", file=sys.stderr)
@@ -157,8 +159,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_resume(args: argparse.Namespace) -> int:
     from studies import load_existing, run_study
+    from studies.engine import check_ray_address
 
     run = load_existing(args.name, args.storage)
+    check_ray_address(args.address)
     run_study(run, address=args.address)
     _after_run(args.name, args.storage)
     return 0

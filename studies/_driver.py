@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import os
+import socket
 import sys
 import time
 from collections import Counter
@@ -147,10 +148,30 @@ class _Progress:
             print(file=sys.stderr)
 
 
+def check_ray_address(address: str | None, timeout: float = 5.0) -> None:
+    """Fail fast, in one line, when ``address`` names a host:port where nothing listens (Ray
+    itself retries for minutes). ``auto``, ``local`` and no address are left to ``ray.init``."""
+    if not address or address in ("auto", "local"):
+        return
+    target = address.split("://", 1)[-1]
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        raise NasError(f"--address must be 'auto', 'host:port' or 'ray://host:port', but got "
+                       f"{address!r}.")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise NasError(f"Cannot reach the Ray cluster at {address!r}: {why}. Start it with "
+                       "`ray start --head`, or leave out --address for a local Ray.") from None
+
+
 def init_ray(address: str | None, spec: StudySpec) -> tuple[Any, int]:
     import ray
 
     if not ray.is_initialized():
+        check_ray_address(address)
         try:
             if address:
                 ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)

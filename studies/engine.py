@@ -42,13 +42,20 @@ from nas.errors import ConfigError, NasError
 from nas.loading import load_arch, unwritable_ancestor
 from nas.tasks import GEOMETRIES, TaskGeometry
 from search_spaces import SearchSpace, load_space
-from studies._driver import Driver, Evaluator, init_ray
+from studies._driver import Driver, Evaluator, check_ray_address, init_ray
 from studies._trials import StudyRun, counted_trials
 from studies.samplers import make_sampler
 from studies.spec import StudySpec
 from studies.storage import open_storage, session, set_trial_user_attrs
 
-__all__ = ["StudyRun", "counted_trials", "create_study", "load_existing", "run_study"]
+__all__ = [
+    "StudyRun",
+    "check_ray_address",
+    "counted_trials",
+    "create_study",
+    "load_existing",
+    "run_study",
+]
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -81,6 +81,20 @@ def test_a_bad_study_file_writes_nothing(change, fragment, tmp_path, capsys) -> 
     assert not db.exists()
 
 
+def test_an_unreachable_ray_address_writes_nothing(tmp_path, capsys) -> None:
+    # Ray itself retries an address where nothing listens for minutes: refused at once instead.
+    path = h.write_study(tmp_path / "s.yaml", "s")
+    db = tmp_path / "studies.db"
+    port = _closed_port()
+    for address, fragment in [(f"127.0.0.1:{port}", f"127.0.0.1:{port}"),
+                              (f"ray://127.0.0.1:{port}", "ray://"),
+                              ("not-an-address", "host:port")]:
+        code, err = _nas(["run", str(path), "--address", address, "--storage", f"sqlite:///{db}"],
+                         capsys)
+        assert code == 2 and fragment in _one_line(err)
+    assert not db.exists()
+
+
 def test_a_malformed_or_missing_study_file(tmp_path, capsys) -> None:
     db = tmp_path / "studies.db"
     broken = tmp_path / "broken.yaml"
