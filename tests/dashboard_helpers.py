@@ -16,24 +16,20 @@ from typing import Any
 
 import optuna
 from optuna.trial import FixedTrial, TrialState
+from study_helpers import GEOMETRY, SMALL_SPACE
 
 from nas.config import ArchConfig
 from nas.cost import estimate_cost
-from nas.tasks import TaskGeometry
 from search_spaces import SearchSpace
 from studies import StudySpec, create_study
 from studies.storage import open_storage, write_epoch
 
-# A vit space on 32x32 digits: 2 x 2 x 2 knob values, 6 distinct architectures.
+# The engine tests' vit space on 32x32 digits (2 x 2 x 2 knob values, 6 distinct
+# architectures), with the learning rate searched too.
 SPACE: dict[str, Any] = {
-    "name": "tiny-dash",
-    "base": {"family": "vit", "d_model": 32, "d_ff": 64, "heads": 2, "encoder_layers": 2,
-             "patch_size": 8},
-    "arch": {"groups": {"choices": [1, 2]}, "group_ffn": {"choices": [False, True]},
-             "attention_sharing": {"choices": ["none", "kv"]}},
+    **SMALL_SPACE, "name": "tiny-dash",
     "train": {"lr": {"low": 1.0e-3, "high": 5.0e-3, "log": True}},
 }
-GEOMETRY = TaskGeometry("digits", "image", 10, image_size=32, in_chans=1)
 OBJECTIVES = [{"name": "accuracy", "direction": "maximize"},
               {"name": "params", "direction": "minimize"},
               {"name": "madds", "direction": "minimize"}]

@@ -23,6 +23,8 @@ import optuna
 import pytest
 import yaml
 
+from nas.tasks import TaskGeometry
+
 TESTS_DIR = Path(__file__).resolve().parent
 ROOT = TESTS_DIR.parent
 NAS = [sys.executable, "-m", "nas_cli.main"]  # the `nas` command of this venv
@@ -35,6 +37,9 @@ SMALL_SPACE: dict[str, Any] = {
     "arch": {"groups": {"choices": [1, 2]}, "group_ffn": {"choices": [False, True]},
              "attention_sharing": {"choices": ["none", "kv"]}},
 }
+
+#: The cost geometry of these studies (`digits` at 32x32, one channel).
+GEOMETRY = TaskGeometry("digits", "image", 10, image_size=32, in_chans=1)
 
 Report = Callable[[dict[str, Any]], bool] | None
 

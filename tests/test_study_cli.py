@@ -14,11 +14,10 @@ import pytest
 import study_helpers as h
 import yaml
 
-from nas.tasks import TaskGeometry
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study
 
-GEOMETRY = TaskGeometry("digits", "image", 10, image_size=32, in_chans=1)
+GEOMETRY = h.GEOMETRY
 
 
 def _nas(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

@@ -10,10 +10,9 @@ import pytest
 import study_helpers as h
 from optuna.trial import TrialState
 
-from nas.tasks import TaskGeometry
 from studies import StudySpec, counted_trials, create_study, run_study
 
-GEOMETRY = TaskGeometry("digits", "image", 10, image_size=32, in_chans=1)
+GEOMETRY = h.GEOMETRY
 BASE = h.SMALL_SPACE["base"]
 
 

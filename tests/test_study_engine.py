@@ -22,7 +22,6 @@ import torch
 from optuna.trial import TrialState
 
 from nas.errors import NasError
-from nas.tasks import TaskGeometry
 from nas_cli.main import main as nas_main
 from studies import StudySpec, _driver, counted_trials, create_study, load_existing, run_study
 from studies.engine import close_interrupted
@@ -33,7 +32,7 @@ from trainers.loop import evaluate, load_checkpoint
 pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(600)]
 ray_local = h.ray_local
 
-GEOMETRY = TaskGeometry("digits", "image", 10, image_size=32, in_chans=1)
+GEOMETRY = h.GEOMETRY
 # The four distinct networks of SMALL_SPACE, under the `chaos` evaluator: A breaks
 # params_max=20000, B trains, C's loss turns NaN, the evaluator raises for D.
 A = {"groups": 1, "attention_sharing": "none"}
