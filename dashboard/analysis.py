@@ -1,8 +1,7 @@
-"""What the study views compute from the trials: Pareto front, hypervolume, importance, and the
-trial table's filtering and sorting. Pure functions of arrays and frames, tested by equality.
+"""What the study views compute from the trials: Pareto front, importance, and the trial
+table's filtering and sorting. Pure functions of arrays and frames, tested by equality.
 
-The front and hypervolume agree with ``studies.pareto`` (what ``nas status`` and ``nas pareto``
-print) value for value; they only avoid its O(n^2) scan, which takes 5 s for 10,000 trials.
+Fronts and hypervolumes are ``studies.pareto``'s (what ``nas status`` and ``nas pareto`` print).
 """
 
 from __future__ import annotations
@@ -17,48 +16,23 @@ import numpy as np
 import pandas as pd
 
 from dashboard.data import StudyData
-from studies.pareto import (
-    Sweep,
-    nondominated_mask,
-    normalized_hypervolume,
-    pareto_sweep,
-    to_minimization,
-)
+from studies.pareto import Sweep, nondominated_mask, pareto_sweep, to_minimization
 
 __all__ = [
     "IMPORTANCE_BINS",
     "StudyView",
-    "Sweep",
     "filter_trials",
-    "final_hypervolume",
     "front_mask",
-    "hypervolume_curve",
     "importances",
     "knob_groups",
     "omega_squared",
-    "pareto_sweep",
     "sort_trials",
 ]
 
 # ----------------------------------------------------------------------------- Pareto front
 def front_mask(values: np.ndarray, directions: Sequence[str]) -> np.ndarray:
     """The Pareto-optimal rows of objective ``values`` (one column per objective)."""
-    if len(values) == 0:
-        return np.zeros(0, dtype=bool)
     return nondominated_mask(to_minimization(cast(Any, values), directions))
-
-
-# ----------------------------------------------------------------------------- hypervolume
-def final_hypervolume(values: np.ndarray, directions: Sequence[str]) -> float:
-    """``studies.pareto.hypervolume_history(values, directions)[-1]``, without the history."""
-    return normalized_hypervolume(cast(Any, values), directions)
-
-
-def hypervolume_curve(values: np.ndarray, directions: Sequence[str], *,
-                      max_points: int | None = None) -> tuple[list[int], list[float]]:
-    """(row positions, hypervolume after each): see :func:`pareto_sweep`."""
-    sweep = pareto_sweep(values, directions, max_points=max_points)
-    return sweep.positions, sweep.volumes
 
 
 # ----------------------------------------------------------------------------- importance

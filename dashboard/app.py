@@ -23,7 +23,7 @@ from dash import ALL, Input, Output, State, ctx, dcc, no_update
 from sqlalchemy.engine import make_url
 
 from dashboard import exports, figures, layout
-from dashboard.analysis import StudyView, filter_trials, final_hypervolume, sort_trials
+from dashboard.analysis import StudyView, filter_trials, sort_trials
 from dashboard.data import StudyInfo as _Info
 from dashboard.data import (
     fingerprint,
@@ -36,6 +36,7 @@ from dashboard.data import (
     study_names,
 )
 from nas.errors import NasError
+from studies.pareto import normalized_hypervolume
 from studies.storage import resolve_storage_url
 
 __all__ = ["create_app"]
@@ -101,7 +102,8 @@ class _Reader:
             matrix = wide.to_numpy(dtype=float)
             key = (len(matrix), float(wide.index.to_numpy().sum()))
             if self._volumes.get(info.study_id, (None, 0.0))[0] != key:
-                self._volumes[info.study_id] = (key, final_hypervolume(matrix, info.directions))
+                volume = normalized_hypervolume(matrix, info.directions)
+                self._volumes[info.study_id] = (key, volume)
             best = {}
             for i, (name, direction) in enumerate(zip(info.objectives, info.directions,
                                                       strict=True)):

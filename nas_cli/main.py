@@ -159,10 +159,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_resume(args: argparse.Namespace) -> int:
     from studies import load_existing, run_study
-    from studies.engine import check_ray_address
 
-    run = load_existing(args.name, args.storage)
-    check_ray_address(args.address)
+    run = load_existing(args.name, args.storage)  # writes nothing; run_study checks --address
     run_study(run, address=args.address)
     _after_run(args.name, args.storage)
     return 0

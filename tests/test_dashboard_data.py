@@ -40,13 +40,10 @@ from dashboard import create_app
 from dashboard.analysis import (
     StudyView,
     filter_trials,
-    final_hypervolume,
     front_mask,
-    hypervolume_curve,
     importances,
     knob_groups,
     omega_squared,
-    pareto_sweep,
     sort_trials,
 )
 from dashboard.data import (
@@ -79,7 +76,7 @@ from nas.config import ArchConfig
 from nas.errors import NasError
 from nas_cli.dashboard_cmd import register
 from studies.pareto import hypervolume_history as pareto_history
-from studies.pareto import nondominated_mask, to_minimization
+from studies.pareto import nondominated_mask, normalized_hypervolume, pareto_sweep, to_minimization
 from studies.report import study_status
 from studies.storage import StorageError
 
@@ -260,11 +257,12 @@ def test_front_and_hypervolume_equal_studies_pareto(seed: int) -> None:
     assert (nondominated_mask(points) == expected).all()
     assert (front_mask(values, directions) == expected).all()
     history = pareto_history(values.tolist(), directions)
-    assert hypervolume_curve(values, directions) == (list(range(n)), history)
+    full = pareto_sweep(values, directions)
+    assert (full.positions, full.volumes) == (list(range(n)), history)
     sweep = pareto_sweep(values, directions, max_points=7)
     assert sweep.volumes == [history[i] for i in sweep.positions]
     assert sweep.positions[-1] == n - 1 and (sweep.front == expected).all()
-    assert final_hypervolume(values, directions) == history[-1]
+    assert normalized_hypervolume(values, directions) == history[-1]
 
 
 def _brute_force_hypervolume(points: np.ndarray, ref: np.ndarray) -> float:
@@ -290,8 +288,8 @@ def test_hypervolume_against_brute_force(seed: int) -> None:
     low, high = points.min(axis=0), points.max(axis=0)
     scaled = (points - low) / np.where(high > low, high - low, 1.0)
     expected = _brute_force_hypervolume(scaled, np.full(m, 1.1))
-    assert final_hypervolume(values, directions) == pytest.approx(expected, rel=1e-12)
-    curve = hypervolume_curve(values, directions)[1]
+    assert normalized_hypervolume(values, directions) == pytest.approx(expected, rel=1e-12)
+    curve = pareto_sweep(values, directions).volumes
     assert curve[-1] == pytest.approx(expected, rel=1e-12)
     assert all(b >= a for a, b in itertools.pairwise(curve))
 
