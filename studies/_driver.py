@@ -171,7 +171,6 @@ def init_ray(address: str | None, spec: StudySpec) -> tuple[Any, int]:
     import ray
 
     if not ray.is_initialized():
-        check_ray_address(address)
         try:
             if address:
                 ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)

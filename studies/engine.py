@@ -88,24 +88,23 @@ def _accepts(function: Evaluator, keyword: str) -> bool:
     return any(p.name == keyword or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
-def _check_task(spec: StudySpec) -> None:
-    """The task's name and option names, checked before anything is written (its data is built
-    when the study runs)."""
-    from trainers.tasks import list_tasks, task_options
+def _cost_only(spec: StudySpec) -> bool:
+    """A cost-only geometry (``vqa2``, ``imagenet``, ...) that the study's own evaluator trains
+    on: there is no built-in task to build."""
+    return bool(spec.evaluator) and spec.task in GEOMETRIES and not spec.task_options
 
-    if spec.task in list_tasks():
-        options = task_options(spec.task)
-        unknown = sorted(set(spec.task_options) - set(options))
-        if unknown:
-            raise ConfigError(f"Unknown option {unknown[0]!r} for task {spec.task!r}; valid "
-                              f"options are {sorted(options)}.")
-        missing = [k for k, v in options.items()
-                   if v is inspect.Parameter.empty and k not in spec.task_options]
-        if missing:
-            raise ConfigError(f"Task {spec.task!r} needs the option {missing[0]!r}; its options "
-                              f"are {sorted(options)}.")
-    elif spec.task not in GEOMETRIES:
-        raise ConfigError(f"Unknown task {spec.task!r}; trainable tasks are {list_tasks()}.")
+
+def _check_task(spec: StudySpec) -> None:
+    """The task and its options, checked as building it would check them, before anything is
+    written (its data is built when the study runs)."""
+    from trainers.tasks import check_task, list_tasks
+
+    if _cost_only(spec):
+        return
+    if spec.task in GEOMETRIES and spec.task not in list_tasks():
+        raise ConfigError(f"Task {spec.task!r} is a cost-only geometry: a study trains on it "
+                          f"only with its own `evaluator`; trainable tasks are {list_tasks()}.")
+    check_task(spec.task, spec.task_options)
 
 
 def _check_checkpoints(spec: StudySpec) -> None:
@@ -122,7 +121,7 @@ def _check_checkpoints(spec: StudySpec) -> None:
 def _task_geometry(spec: StudySpec) -> TaskGeometry:
     """The geometry costs are computed on: a cost-only geometry when a study's own evaluator
     trains on it, else the trainable task's, by building it."""
-    if spec.evaluator and spec.task in GEOMETRIES and not spec.task_options:
+    if _cost_only(spec):
         return GEOMETRIES[spec.task]
     from trainers import get_task
 
@@ -258,6 +257,7 @@ def run_study(
             are finished first, those not started are closed as interrupted and enqueued again.
     """
     spec = run.spec
+    check_ray_address(address)  # before anything is written; Ray itself retries for minutes
     close_interrupted(run)
     with session(run.storage.url):
         if counted_trials(run.study.get_trials(deepcopy=False)) >= spec.budget.trials:

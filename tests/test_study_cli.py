@@ -58,6 +58,8 @@ BAD_STUDIES: list[tuple[dict[str, Any], str]] = [
     ({"space": "no_such_space"}, "'no_such_space'"),
     ({"task": "mnist"}, "'mnist'"),
     ({"task": {"name": "digits", "size": 16}}, "'size'"),
+    ({"task": {"name": "synthetic-vqa", "train_size": "many"}}, "train_size"),
+    ({"task": "vqa2"}, "evaluator"),
     ({"resources": {"tpu": 1}}, "'tpu'"),
     ({"evaluator": "not a function"}, "module:function"),
     ({"evaluator": "no_such_module_here:evaluate"}, "'no_such_module_here'"),
@@ -92,6 +94,17 @@ def test_an_unreachable_ray_address_writes_nothing(tmp_path, capsys) -> None:
                          capsys)
         assert code == 2 and fragment in _one_line(err)
     assert not db.exists()
+
+
+def test_resume_with_an_unreachable_ray_address_changes_nothing(tmp_path, capsys) -> None:
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    run = create_study(StudySpec.from_dict(h.study_dict("s")), url, geometry=GEOMETRY)
+    run.study.ask()  # left RUNNING, as by a crash: a resume would close it
+    code, err = _nas(["resume", "s", "--address", f"127.0.0.1:{_closed_port()}",
+                      "--storage", url], capsys)
+    assert code == 2 and "Cannot reach the Ray cluster" in _one_line(err)
+    states = [t.state for t in optuna.load_study(study_name="s", storage=url).trials]
+    assert states == [optuna.trial.TrialState.RUNNING]
 
 
 def test_a_malformed_or_missing_study_file(tmp_path, capsys) -> None:

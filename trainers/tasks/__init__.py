@@ -10,7 +10,7 @@ features), ``image-folder`` and ``cifar``. Metrics live in :mod:`trainers.tasks.
 
 from trainers.tasks.collate import Batch, collate
 from trainers.tasks.data import Item, MetricName, TaskData, TaskDataset
-from trainers.tasks.registry import get_task, list_tasks, task_options
+from trainers.tasks.registry import check_task, get_task, list_tasks, task_options
 
 __all__ = [
     "Batch",
@@ -18,6 +18,7 @@ __all__ = [
     "MetricName",
     "TaskData",
     "TaskDataset",
+    "check_task",
     "collate",
     "get_task",
     "list_tasks",

@@ -11,13 +11,13 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from nas.errors import ConfigError
 from trainers.tasks.data import TaskData
 
-__all__ = ["get_task", "list_tasks", "task_options"]
+__all__ = ["check_task", "get_task", "list_tasks", "task_options"]
 
 # task name -> (module, builder function)
 _TASKS: dict[str, tuple[str, str]] = {
@@ -77,14 +77,10 @@ def _check(task: str, key: str, value: Any, annotation: str) -> None:
                           f"but got {key}={value!r}.")
 
 
-def get_task(name: str, **options: Any) -> TaskData:
-    """Build the trainable task ``name`` with ``options`` (see :func:`task_options`).
-
-    Raises ``ConfigError`` for an unknown task or option, a missing required option or a bad
-    value, and ``NasError`` (one line naming the file) for a missing or malformed data file.
-    """
-    builder = _builder(name)
-    params = inspect.signature(builder).parameters
+def check_task(name: str, options: Mapping[str, Any]) -> None:
+    """Raise ``ConfigError`` for an unknown task or option, a missing required option or a bad
+    value: everything :func:`get_task` checks before it builds the data."""
+    params = inspect.signature(_builder(name)).parameters
     for key in options:
         if key not in params:
             raise ConfigError(
@@ -97,4 +93,14 @@ def get_task(name: str, **options: Any) -> TaskData:
             raise ConfigError(
                 f"Task {name!r} needs the option {key!r}; its options are {sorted(params)}."
             )
-    return builder(**options)
+
+
+def get_task(name: str, **options: Any) -> TaskData:
+    """Build the trainable task ``name`` with ``options`` (see :func:`task_options`).
+
+    Raises ``ConfigError`` for an unknown task or option, a missing required option or a bad
+    value (:func:`check_task`), and ``NasError`` (one line naming the file) for a missing or
+    malformed data file.
+    """
+    check_task(name, options)
+    return _builder(name)(**options)
