@@ -31,6 +31,7 @@ import nas_cli.main as cli_main
 import studies.export._record as record_module
 from nas.config import ArchConfig
 from nas.cost import estimate_cost
+from nas.errors import NasError
 from nas.loading import exported_geometry, load_arch
 from nas.models import create_model
 from nas.presets import get_preset
@@ -50,7 +51,8 @@ OBJECTIVES = [{"name": "accuracy", "direction": "maximize"},
 STUDIES: dict[str, dict[str, Any]] = {
     "vit-digits": {"task": "digits", "space": "quickstart", "fidelity": {"epochs": 4},
                    "train": {"batch_size": 64}},
-    "mcan-vqa": {"task": "vqa2", "space": {
+    # A cost-only geometry: such a study trains with its own evaluator.
+    "mcan-vqa": {"task": "vqa2", "evaluator": "study_helpers:instant", "space": {
         "name": "tiny-mcan",
         "base": {"family": "mcan", "d_model": 64, "d_ff": 128, "heads": 4, "encoder_layers": 2,
                  "decoder_layers": 2},
@@ -363,6 +365,26 @@ def test_an_out_folder_that_cannot_be_made_is_one_line_and_exit_2(db, tmp_path, 
         assert len(err.strip().splitlines()) == 1 and fragment in err and str(out) in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
     assert blocker.read_text() == "not a folder"
+
+
+def test_a_failed_write_leaves_the_previous_export(db, tmp_path, monkeypatch) -> None:
+    out = tmp_path / "out"
+    export_trials("vit-digits", fmt="yaml", out=out, pareto=True, storage_url=db.url)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert len(before) >= 2
+    write_text, calls = Path.write_text, []
+
+    def full_disk(self: Path, *args: Any, **kwargs: Any) -> int:
+        calls.append(self)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device", str(self))
+        return write_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    with pytest.raises(NasError, match="No space left on device"):
+        export_trials("vit-digits", fmt="yaml", out=out, pareto=True, storage_url=db.url,
+                      force=True)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
 def test_rejected_and_pruned_trials_export_without_objectives(db, tmp_path) -> None:

@@ -65,9 +65,9 @@ def export_trials(
         raise ConfigError("Export either one trial (trial=N) or the Pareto front (pareto=True).")
     form = _format(fmt)
     out_dir = Path(out)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise NasError(f"--out {str(out_dir)!r} is a file, not a folder.")
     blocked = unwritable_ancestor(out_dir)
+    if blocked == out_dir.absolute():
+        raise NasError(f"--out {str(out_dir)!r} is a file, not a folder.")
     if blocked is not None:
         raise NasError(f"--out {str(out_dir)!r} cannot be made: {str(blocked)!r} is not a "
                        f"writable folder.")
@@ -83,16 +83,21 @@ def export_trials(
     if existing and not force:
         more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
         raise NasError(f"{str(existing[0])!r}{more} already exists; pass --force to overwrite.")
-    written: list[Path] = []
+    # Each file goes to a temporary sibling first and replaces its target only once every file
+    # is written: a failure (a full disk, a read-only mount) leaves no file changed or half
+    # written (folders it made stay).
+    staged: dict[Path, Path] = {}
     try:
         for path, text in targets.items():
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            written.append(path)
+            staged[path] = path.with_name(f".{path.name}.partial")
+            staged[path].write_text(text, encoding="utf-8")
             if path.suffix == ".sh":
-                path.chmod(0o755)
-    except OSError as exc:  # a full disk, a read-only mount: leave no half export behind
-        for path in written:
-            path.unlink(missing_ok=True)
+                staged[path].chmod(0o755)
+    except OSError as exc:
+        for temporary in staged.values():
+            temporary.unlink(missing_ok=True)
         raise NasError(f"Cannot write {str(exc.filename or out_dir)!r}: {exc.strerror}.") from None
+    for path, temporary in staged.items():
+        os.replace(temporary, path)
     return list(targets)
