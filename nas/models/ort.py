@@ -208,13 +208,20 @@ class _TokenEmbedding(nn.Module):
         )
         self.drop = nn.Dropout(dropout)
 
+    def ensure_positions(self, length: int) -> None:
+        """Grow the table to at least ``length`` positions (sinusoids extend to any length)."""
+        if length > self.positions.shape[0]:
+            self.positions = _sinusoid_table(
+                length, self.positions.shape[1], self.positions.device, self.positions.dtype
+            )
+
     def forward(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
         """(B, T) ids at positions start..start+T-1 -> (B, T, d)."""
         end = start + tokens.shape[1]
-        if end > self.positions.shape[0]:  # sinusoids extend to any length: grow the table
-            length, dim = max(end, 2 * self.positions.shape[0]), self.positions.shape[1]
-            self.positions = _sinusoid_table(
-                length, dim, self.positions.device, self.positions.dtype
+        if end > self.positions.shape[0]:
+            raise ValueError(
+                f"Decoder positions up to {end} requested, but the model has "
+                f"max_positions={self.positions.shape[0]}."
             )
         return self.drop(self.embed(tokens) * self.scale + self.positions[start:end])
 
@@ -330,6 +337,7 @@ class ORTCaptioner(FamilyModel):
         EOS. Decode the result with the tokenizer (``RadixTokenizer.decode`` for radix models).
         """
         max_len = self.caption_len + 1 if max_len is None else max_len
+        self.token_embed.ensure_positions(max_len)  # a caption of max_len tokens after BOS
         state = self.start_decoding(regions, boxes, region_mask)
         if beam_size == 1:
             return greedy_search(self, state, max_len)
