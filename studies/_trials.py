@@ -6,7 +6,7 @@ by a constraint or closed because a crash interrupted them do not.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -32,7 +32,6 @@ class StudyRun:
     study: optuna.Study
     storage: optuna.storages.RDBStorage
     geometry: TaskGeometry | None = None
-    messages: list[str] = field(default_factory=list)
 
 
 def counted_trials(trials: list[optuna.trial.FrozenTrial]) -> int:

@@ -346,7 +346,7 @@ def train(
                 return result
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
-            if cfg.grad_clip:
+            if cfg.grad_clip is not None:  # validated > 0; null turns clipping off
                 scaler.unscale_(optimizer)
                 nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             scaler.step(optimizer)
