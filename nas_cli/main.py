@@ -143,25 +143,36 @@ def _after_run(name: str, storage: str | None) -> None:
           f"--storage {url}")
 
 
+def _space_label(space: Any) -> str:
+    return repr(space.get("name", "inline") if isinstance(space, dict) else space)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from studies import create_study, load_study_spec, run_study
-    from studies.engine import check_ray_address
+    from studies.cluster import connect
 
     spec = load_study_spec(_resolve_study_file(args.study), name=args.name)
-    check_ray_address(args.address)  # before the study is written
+    connect(args.address, spec.resources)  # an unreachable cluster, a trial no node can hold
     run = create_study(spec, args.storage)
-    print(f"study {spec.name!r}: {spec.budget.trials} trials of {spec.space!r} on {spec.task!r}, "
-          f"storage {run.storage.url}", file=sys.stderr)
-    run_study(run, address=args.address)
+    print(f"study {spec.name!r}: {spec.budget.trials} trials of space {_space_label(spec.space)} "
+          f"on {spec.task!r}, storage {run.storage.url}", file=sys.stderr)
+    run_study(run, address=args.address, verbose=args.verbose)
     _after_run(spec.name, args.storage)
     return 0
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from studies import load_existing, run_study
+    from studies import counted_trials, load_existing, run_study
 
     run = load_existing(args.name, args.storage)  # writes nothing; run_study checks --address
-    run_study(run, address=args.address)
+    counted = counted_trials(run.study.get_trials(deepcopy=False))
+    if counted >= run.spec.budget.trials:
+        print(f"study {args.name!r}: the budget is spent ({counted} of "
+              f"{run.spec.budget.trials} trials); nothing to run.", file=sys.stderr)
+    else:
+        print(f"study {args.name!r}: resuming at {counted} of {run.spec.budget.trials} trials, "
+              f"storage {run.storage.url}", file=sys.stderr)
+    run_study(run, address=args.address, verbose=args.verbose)
     _after_run(args.name, args.storage)
     return 0
 
@@ -258,12 +269,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--storage", default=None, help=storage_help)
     p.add_argument("--address", default=None, help="an existing Ray cluster (e.g. auto)")
     p.add_argument("--name", default=None, help="study name (default: the file's name key)")
+    p.add_argument("--verbose", action="store_true", help="also show Ray Tune's own output")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("resume", help="continue a study from the database alone")
     p.add_argument("name", metavar="NAME")
     p.add_argument("--storage", default=None, help=storage_help)
     p.add_argument("--address", default=None, help="an existing Ray cluster (e.g. auto)")
+    p.add_argument("--verbose", action="store_true", help="also show Ray Tune's own output")
     p.set_defaults(func=_cmd_resume)
 
     p = sub.add_parser("status", help="studies, or one study's trial counts and best values")

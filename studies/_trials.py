@@ -1,4 +1,4 @@
-"""What a running study is, and the trial bookkeeping both the engine and its driver loop share.
+"""What a running study is, and the trial bookkeeping the engine and its searcher share.
 
 ``counted_trials`` is the budget rule: trials completed, pruned or failed count; those rejected
 by a constraint or closed because a crash interrupted them do not.
@@ -15,17 +15,16 @@ from optuna.trial import TrialState
 from nas.errors import NasError
 from nas.tasks import TaskGeometry
 from search_spaces import SearchSpace
+from studies.keys import COUNTED_EXCLUDED, Status, TrialKey
 from studies.spec import StudySpec
 from studies.storage import session, set_trial_user_attrs
 
-__all__ = ["COUNTED_EXCLUDED", "StudyRun", "counted_trials", "mark_interrupted", "tell"]
-
-COUNTED_EXCLUDED = ("rejected", "interrupted")
+__all__ = ["StudyRun", "counted_trials", "mark_interrupted", "tell"]
 
 
 @dataclass
 class StudyRun:
-    """What a driver knows about one study while it runs."""
+    """What the engine knows about one study while it runs."""
 
     spec: StudySpec
     space: SearchSpace
@@ -40,7 +39,7 @@ def counted_trials(trials: list[optuna.trial.FrozenTrial]) -> int:
     return sum(
         1 for t in trials
         if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-        and t.user_attrs.get("nas.status") not in COUNTED_EXCLUDED
+        and t.user_attrs.get(TrialKey.STATUS) not in COUNTED_EXCLUDED
     )
 
 
@@ -52,11 +51,14 @@ def tell(run: StudyRun, trial: Any, state: TrialState, values: list[float] | Non
         run.study.tell(trial, values if state == TrialState.COMPLETE else None, state=state)
 
 
-def mark_interrupted(run: StudyRun, trial: Any) -> None:
-    """Close a trial this driver started but will not finish, and enqueue it again."""
+def mark_interrupted(run: StudyRun, trial: Any,
+                     reason: str = "the run ended while this trial was waiting or training"
+                     ) -> None:
+    """Close a trial this run started but will not finish, and enqueue it again."""
     try:
         tell(run, trial, TrialState.FAIL, None, {
-            "nas.status": "interrupted", "nas.reason": "the driver was interrupted"})
-        run.study.enqueue_trial(trial.params, user_attrs={"nas.rerun_of": trial.number})
+            TrialKey.STATUS: Status.INTERRUPTED, TrialKey.REASON: reason})
+        if trial.params:
+            run.study.enqueue_trial(trial.params, user_attrs={TrialKey.RERUN_OF: trial.number})
     except NasError:
         pass

@@ -1,11 +1,13 @@
-"""Multi-objective asynchronous successive halving (ASHA) across trials.
+"""Multi-objective asynchronous successive halving (ASHA) across trials, as a Ray Tune scheduler.
 
 Rungs sit at ``grace * eta**i`` epochs (below the full budget). When a trial reaches a rung its
 objective vector there (the metric at that epoch, plus the cost objectives, which training does
 not change) joins the rung's record. It continues when it is non-dominated among the trials at
 that rung, or when it is in the best ``1/eta`` of them by non-dominated rank and crowding; a rung
 with fewer than ``eta`` trials lets everyone through. Stopped trials keep the fidelity they
-reached. The state is rebuilt from the per-epoch table on resume.
+reached. ``Rungs`` is the pure bookkeeping (rebuilt from the per-epoch table on resume);
+``MultiObjectiveASHA`` is the Tune ``TrialScheduler`` around it (Tune's own ASHA and HyperBand
+take one metric).
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from studies.pareto import nondominated_ranks, to_minimization
 
-__all__ = ["Rungs"]
+__all__ = ["MultiObjectiveASHA", "Rungs"]
 
 
 def _crowding(points: np.ndarray) -> np.ndarray:
@@ -78,3 +82,30 @@ class Rungs:
         order = sorted(range(len(ids)), key=lambda i: (ranks[i], -crowd[i]))
         keep = set(order[: max(1, len(ids) // self.eta)])
         return me not in keep
+
+
+class MultiObjectiveASHA(FIFOScheduler):
+    """Tune scheduler: STOP a trial at a rung where :class:`Rungs` says so.
+
+    It reads the per-epoch reports of ``studies.worker.trainable`` (``kind: epoch``, ``epoch``,
+    ``value``) and each trial's ``number`` and ``cost_vector`` from its config. ``stopped``
+    holds the Tune ids of the trials it stopped, for the searcher to record them as pruned.
+    """
+
+    def __init__(self, rungs: Rungs) -> None:
+        super().__init__()
+        self.rungs = rungs
+        self.stopped: set[str] = set()
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        value = result.get("value")
+        if result.get("kind") != "epoch" or not isinstance(value, (int, float)):
+            return TrialScheduler.CONTINUE
+        vector = [float(value), *trial.config.get("cost_vector", [])]
+        if self.rungs.should_stop(int(trial.config["number"]), int(result["epoch"]), vector):
+            self.stopped.add(trial.trial_id)
+            return TrialScheduler.STOP
+        return TrialScheduler.CONTINUE
+
+    def debug_string(self) -> str:
+        return f"Multi-objective ASHA with rungs at epochs {self.rungs.epochs}."

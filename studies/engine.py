@@ -1,38 +1,38 @@
-"""The study engine: an Optuna multi-objective study in SQL, trials trained on Ray workers.
+"""The study engine: an Optuna multi-objective study in SQL, trials run as Ray Tune trials.
 
-The driver is the only process that writes to the database. It asks Optuna for a trial, maps the
-trial's parameters to an architecture (the search space), computes the cheap objectives on the
-meta device, rejects constraint violations before any training, reuses the result of an
-architecture already trained with the same settings, and sends the rest to a pool of reused Ray
-actors, spread over the cluster's nodes. Epoch reports flow back through a coordinator actor that
-also makes the early-stopping decisions (multi-objective ASHA). ``resume`` rebuilds everything
-from the database alone.
+``run_study`` runs a ``ray.tune.Tuner`` over the function trainable of ``studies.worker``.
+Suggestions come from ``studies.searcher.StudySearcher``, which asks and tells the stored Optuna
+study through the study's own sampler: it computes the cheap objectives on the meta device,
+rejects constraint violations before any training, and reuses the result of an architecture
+already trained with the same settings. Early stopping is ``studies.asha.MultiObjectiveASHA``, a
+Tune scheduler. Resources per trial are ``tune.with_resources``; retries are Tune's
+``FailureConfig``; Tune's loggers are the study key ``tune``.
 
-Trial bookkeeping lives in Optuna's trial user attributes:
-- ``nas.arch``: the architecture config; ``nas.arch_id``; ``nas.cost``: params, params_matrix,
-  MAdds and their split by part; ``nas.train``: the training settings;
-- ``nas.status``: ``completed``, ``stopped`` (early-stopped; Optuna state PRUNED), ``failed``,
-  ``rejected`` (broke a constraint, never trained; Optuna state FAIL), ``interrupted`` (a crash
-  left it RUNNING; closed as FAIL and its parameters enqueued again) or ``reused``;
-- ``nas.reason``, ``nas.epochs_reached``, ``nas.seconds``, ``nas.node``, ``nas.reused_from``.
-Rejected and interrupted trials do not count against the trial budget.
+The database is the record: every state change is written there as it happens, and Tune's
+experiment folder (``nas_runs/<study>/tune-<time>``, named in the study's ``nas.tune_dir``) is a
+by-product. ``resume`` rebuilds everything from the database alone. One process owns a study
+while it runs (``studies.lease``): another ``run`` or ``resume`` of it is refused.
 
-An architecture and its training settings (``nas.arch_id`` + ``nas.train``) are trained at most
-once to completion: a re-sampled one reuses the completed result, and one sampled while its twin
-is still training waits for it. The study's user attributes hold the study file (``nas.spec``),
-the search space (``nas.space``, ``nas.space_hash``), the objective names and the task geometry
-the costs were computed on (``nas.geometry``).
-
-This module creates, loads and resumes studies; the loop that runs one is
-``studies._driver``, the trial bookkeeping both share is ``studies._trials``.
+The keys of the bookkeeping (trial and study user attributes, status words) are in
+``studies.keys``. Rejected and interrupted trials do not count against the trial budget.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.util
 import inspect
+import math
+import os
+import re
+import time
+import warnings
+from collections.abc import Iterator
 from dataclasses import asdict
-from typing import Any
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import TrialState
@@ -42,11 +42,16 @@ from nas.errors import ConfigError, NasError
 from nas.loading import load_arch, unwritable_ancestor
 from nas.tasks import GEOMETRIES, TaskGeometry
 from search_spaces import SearchSpace, load_space
-from studies._driver import Driver, Evaluator, check_ray_address, init_ray
 from studies._trials import StudyRun, counted_trials
+from studies.cluster import check_ray_address, connect
+from studies.keys import Status, StudyKey, TrialKey
+from studies.lease import Lease, acquire, is_stale, read_owner
 from studies.samplers import make_sampler
 from studies.spec import StudySpec
 from studies.storage import open_storage, session, set_trial_user_attrs
+
+if TYPE_CHECKING:
+    from studies.asha import Rungs
 
 __all__ = [
     "StudyRun",
@@ -56,6 +61,11 @@ __all__ = [
     "load_existing",
     "run_study",
 ]
+
+Evaluator = Any  # a function with the signature of studies.worker.evaluate_trial
+#: Seconds without a heartbeat after which another host's lease is taken over (a lease of a
+#: process of this host that is gone is taken over at once).
+LEASE_STALE_AFTER = 60.0
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -146,10 +156,15 @@ def create_study(spec: StudySpec, storage_url: str | None = None, *,
                               f"`checkpoint_dir`; {spec.evaluator!r} does not.")
     _check_task(spec)
     _check_checkpoints(spec)
+    tune_callbacks(spec)  # a logger whose package is missing: refused before anything is written
     storage = open_storage(storage_url)
     with session(storage.url):
         existing = {s.study_name for s in optuna.study.get_all_study_summaries(storage)}
     if spec.name in existing:
+        owner = read_owner(storage.engine, spec.name)
+        if owner is not None and not is_stale(owner, stale_after=LEASE_STALE_AFTER):
+            raise ConfigError(f"Study {spec.name!r} already exists and is being run by "
+                              f"{owner.describe()}; choose another --name.")
         run = load_existing(spec.name, storage)
         if run.space.hash != space.hash:
             raise ConfigError(
@@ -161,17 +176,24 @@ def create_study(spec: StudySpec, storage_url: str | None = None, *,
             "choose another --name."
         )
     with session(storage.url):
-        study = optuna.create_study(storage=storage, study_name=spec.name,
-                                    directions=spec.directions, sampler=sampler)
-        study.set_user_attr("nas.spec", spec.to_dict())
-        study.set_user_attr("nas.space", space.to_dict())
-        study.set_user_attr("nas.space_hash", space.hash)
-        study.set_user_attr("nas.training_key", spec.training_key())
-        study.set_user_attr("nas.objectives", spec.objective_names)
+        try:
+            study = optuna.create_study(storage=storage, study_name=spec.name,
+                                        directions=spec.directions, sampler=sampler)
+        except optuna.exceptions.DuplicatedStudyError:  # created by another process just now
+            raise ConfigError(f"Study {spec.name!r} already exists; continue it with "
+                              f"`nas resume {spec.name}` or choose another --name.") from None
+        study.set_user_attr(StudyKey.SPEC, spec.to_dict())
+        study.set_user_attr(StudyKey.SPACE, space.to_dict())
+        study.set_user_attr(StudyKey.SPACE_HASH, space.hash)
+        study.set_user_attr(StudyKey.TRAINING_KEY, spec.training_key())
+        study.set_user_attr(StudyKey.OBJECTIVES, spec.objective_names)
+        with warnings.catch_warnings():  # experimental in Optuna, read by its own tools
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(spec.objective_names)
         if geometry is not None:
-            study.set_user_attr("nas.geometry", asdict(geometry))
+            study.set_user_attr(StudyKey.GEOMETRY, asdict(geometry))
         for label, params in enqueued:
-            study.enqueue_trial(params, user_attrs={"nas.enqueued": label})
+            study.enqueue_trial(params, user_attrs={TrialKey.ENQUEUED: label})
     return StudyRun(spec, space, study, storage, geometry=geometry)
 
 
@@ -199,18 +221,18 @@ def load_existing(name: str, storage: optuna.storages.RDBStorage | str | None = 
                            f"{', '.join(sorted(names)) or 'none'}.")
         study = optuna.load_study(study_name=name, storage=storage)
         attrs = study.user_attrs
-    if "nas.spec" not in attrs:
+    if StudyKey.SPEC not in attrs:
         raise NasError(f"Study {name!r} was not created by nas (it has no stored study file).")
-    spec = StudySpec.from_dict(attrs["nas.spec"])
-    space = SearchSpace.from_dict(attrs["nas.space"])
-    if space.hash != attrs.get("nas.space_hash"):
+    spec = StudySpec.from_dict(attrs[StudyKey.SPEC])
+    space = SearchSpace.from_dict(attrs[StudyKey.SPACE])
+    if space.hash != attrs.get(StudyKey.SPACE_HASH):
         raise ConfigError(
             f"Study {name!r}: its stored search space now hashes to {space.hash}, not "
             f"{attrs.get('nas.space_hash')} as when it was created (the meaning of a knob "
             "changed between versions); resuming would mix two spaces. Start a new study."
         )
     study.sampler = make_sampler(spec.sampler, spec.seed + len(study.trials))
-    stored = attrs.get("nas.geometry")
+    stored = attrs.get(StudyKey.GEOMETRY)
     geometry = TaskGeometry(**stored) if isinstance(stored, dict) else None
     return StudyRun(spec, space, study, storage, geometry=geometry)
 
@@ -225,17 +247,126 @@ def close_interrupted(run: StudyRun) -> int:
     with session(storage.url):
         for t in run.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             set_trial_user_attrs(storage, t._trial_id, {
-                "nas.status": "interrupted",
-                "nas.reason": "the driver stopped while this trial ran"})
+                TrialKey.STATUS: Status.INTERRUPTED,
+                TrialKey.REASON: "the process running the study stopped while this trial ran"})
             storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
             if t.params:  # killed after its configuration was drawn: run that again
-                run.study.enqueue_trial(t.params, user_attrs={"nas.rerun_of": t.number},
+                run.study.enqueue_trial(t.params, user_attrs={TrialKey.RERUN_OF: t.number},
                                         skip_if_exists=False)
             n += 1
     return n
 
 
-# ----------------------------------------------------------------------------- the driver
+
+# ----------------------------------------------------------------------------- Ray Tune
+def tune_callbacks(spec: StudySpec) -> list[Any]:
+    """Tune's logger callbacks the study file names (``tune.callbacks``).
+
+    Raises:
+        ConfigError: a callback's package is not installed (named, with the pip command).
+    """
+    packages = {"tensorboard": "tensorboardX", "mlflow": "mlflow", "wandb": "wandb"}
+    for name in spec.tune.callbacks:
+        package = packages.get(name)
+        if package and importlib.util.find_spec(package) is None:
+            raise ConfigError(f"Study key `tune.callbacks`: {name!r} needs the {package} "
+                              f"package; install it with `pip install {package}`.")
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
+
+    out: list[Any] = []
+    for name in spec.tune.callbacks:
+        if name == "csv":
+            out.append(CSVLoggerCallback())
+        elif name == "json":
+            out.append(JsonLoggerCallback())
+        elif name == "tensorboard":
+            out.append(TBXLoggerCallback())
+        elif name == "mlflow":
+            from ray.air.integrations.mlflow import MLflowLoggerCallback
+
+            out.append(MLflowLoggerCallback(experiment_name=spec.name))
+        elif name == "wandb":
+            from ray.air.integrations.wandb import WandbLoggerCallback
+
+            out.append(WandbLoggerCallback(project=spec.name))
+    return out
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^\w.-]", "_", name).strip("._") or "study"
+
+
+def tune_storage_path(spec: StudySpec) -> Path:
+    """Where this run's Tune experiment folder goes: ``tune.storage_path``, else
+    ``nas_runs/<study>`` under the current folder."""
+    if spec.tune.storage_path:
+        return Path(spec.tune.storage_path)
+    return Path("nas_runs").absolute() / _safe(spec.name)
+
+
+@contextlib.contextmanager
+def _tune_environment() -> Iterator[None]:
+    """Tune's own loggers only as the study file names them; no Tune output on the console."""
+    saved = {k: os.environ.get(k) for k in ("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS",
+                                            "RAY_AIR_NEW_OUTPUT")}
+    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _fit(run: StudyRun, evaluator: Evaluator | None, pool: int, deadline: float,
+         progress: Any, verbose: bool) -> str:
+    """One ``Tuner.fit`` over the study; returns why no more trials could start ('' if none)."""
+    from ray import cloudpickle, tune
+    from ray.tune.search import ConcurrencyLimiter
+
+    from studies.asha import MultiObjectiveASHA
+    from studies.searcher import StudyCallback, StudySearcher
+    from studies.worker import trainable
+
+    spec = run.spec
+    assert run.geometry is not None
+    scheduler: Any = None
+    stopped: set[str] = set()
+    if spec.fidelity.early_stopping == "asha" and "accuracy" in spec.objective_names:
+        scheduler = MultiObjectiveASHA(_rebuild_rungs(run))
+        stopped = scheduler.stopped
+    searcher = StudySearcher(run, run.geometry, stopped=stopped, deadline=deadline,
+                             progress=progress)
+    blob = cloudpickle.dumps(evaluator) if evaluator is not None else None
+    function = tune.with_parameters(trainable, evaluator=blob,
+                                    threads=max(1, int(spec.resources.cpu)))
+    resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
+    storage_path = tune_storage_path(spec)
+    name = "tune-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
+    with session(run.storage.url):
+        run.study.set_user_attr(StudyKey.TUNE_DIR, str(storage_path / name))
+    tuner = tune.Tuner(
+        tune.with_resources(function, resources),
+        tune_config=tune.TuneConfig(
+            search_alg=ConcurrencyLimiter(searcher, max_concurrent=pool), scheduler=scheduler,
+            num_samples=-1, reuse_actors=True,
+            trial_name_creator=lambda t: f"trial-{t.config['number']}",
+            trial_dirname_creator=lambda t: f"trial-{t.config['number']}"),
+        run_config=tune.RunConfig(
+            name=name, storage_path=str(storage_path), verbose=2 if verbose else 0,
+            failure_config=tune.FailureConfig(max_failures=spec.tune.max_failures),
+            callbacks=[StudyCallback(searcher), *tune_callbacks(spec)]),
+    )
+    try:
+        with _tune_environment():
+            tuner.fit()
+    finally:
+        searcher.close()
+    return searcher.halted
+
+
 def run_study(
     run: StudyRun,
     *,
@@ -243,40 +374,70 @@ def run_study(
     progress: bool = True,
     evaluator: Evaluator | None = None,
     geometry: TaskGeometry | None = None,
+    verbose: bool = False,
 ) -> StudyRun:
     """Run ``run`` until its trial budget is spent or its timeout passes.
 
-    ``evaluator`` replaces the training function on the workers (tests, benchmarks; a study
-    file's ``evaluator`` key does the same from the database); ``geometry`` is then the task
-    geometry used for costs (otherwise the one stored with the study, else the task is built).
-    A finished study returns at once, without starting Ray.
+    The study's lease is taken first (another live owner: ``StudyOwned``, nothing written);
+    trials a crashed run left RUNNING are then closed and enqueued again. ``evaluator`` replaces
+    the training function on the workers (tests, benchmarks; a study file's ``evaluator`` key
+    does the same from the database); ``geometry`` is then the task geometry used for costs
+    (otherwise the one stored with the study, else the task is built). A finished study returns
+    at once, without starting Ray. ``verbose`` shows Tune's own progress table.
 
     Raises:
+        StudyOwned: another live process runs the study.
         NasError: no more trials can start (every draw of a long run broke the constraints, or
             the Ray workers cannot start, e.g. cannot import the evaluator); the running trials
             are finished first, those not started are closed as interrupted and enqueued again.
     """
+    from studies._progress import Progress
+
     spec = run.spec
     check_ray_address(address)  # before anything is written; Ray itself retries for minutes
-    close_interrupted(run)
-    with session(run.storage.url):
-        if counted_trials(run.study.get_trials(deepcopy=False)) >= spec.budget.trials:
-            return run  # a finished study: nothing to start Ray for
-    if evaluator is None and spec.evaluator:
-        evaluator = _load_evaluator(spec.evaluator)
-    run.geometry = geometry or run.geometry or _task_geometry(spec)
-    if "nas.geometry" not in run.study.user_attrs:
+    lease: Lease = acquire(run.storage.engine, spec.name, stale_after=LEASE_STALE_AFTER)
+    with lease:  # renewed by a heartbeat thread while the run lives, released at the end
+        close_interrupted(run)
         with session(run.storage.url):
-            run.study.set_user_attr("nas.geometry", asdict(run.geometry))
-    ray, pool = init_ray(address, spec)
-    driver = Driver(run, run.geometry, ray, pool, evaluator, progress)
-    try:
-        driver.loop()
-    except KeyboardInterrupt:
-        driver.interrupt_all()
-        raise
-    finally:
-        driver.close()
-    if driver.halted:
-        raise NasError(driver.halted)
+            counted = counted_trials(run.study.get_trials(deepcopy=False))
+        if counted >= spec.budget.trials:
+            return run  # a finished study: nothing to start Ray for
+        if evaluator is None and spec.evaluator:
+            evaluator = _load_evaluator(spec.evaluator)
+        pool = connect(address, spec.resources)
+        run.geometry = geometry or run.geometry or _task_geometry(spec)
+        if StudyKey.GEOMETRY not in run.study.user_attrs:
+            with session(run.storage.url):
+                run.study.set_user_attr(StudyKey.GEOMETRY, asdict(run.geometry))
+        deadline = (time.monotonic() + 60 * spec.budget.timeout_minutes
+                    if spec.budget.timeout_minutes else math.inf)
+        bar = Progress(spec.budget.trials, list(spec.directions), enabled=progress,
+                       counted_at_start=counted)
+        halted = _fit(run, evaluator, pool, deadline, bar, verbose)
+    if halted:
+        raise NasError(halted)
     return run
+
+
+def _rebuild_rungs(run: StudyRun) -> Rungs:
+    """ASHA's rung records from the per-epoch table (interrupted trials left no result)."""
+    from studies.asha import Rungs
+    from studies.keys import COUNTED_EXCLUDED
+    from studies.storage import read_epochs
+
+    spec = run.spec
+    cost_names = [o.name for o in spec.objectives if o.name in ("params", "madds")]
+    directions = [o.direction for o in spec.objectives if o.name == "accuracy"] + [
+        o.direction for o in spec.objectives if o.name in cost_names]
+    rungs = Rungs(spec.fidelity.grace_epochs, spec.fidelity.reduction_factor,
+                       spec.fidelity.epochs, directions)
+    with session(run.storage.url):
+        trials = run.study.get_trials(deepcopy=False)
+        rows = read_epochs(run.storage.engine, spec.name)
+    costs = {t.number: [float(t.user_attrs.get(TrialKey.COST, {}).get(n, 0)) for n in cost_names]
+             for t in trials if t.user_attrs.get(TrialKey.STATUS) not in COUNTED_EXCLUDED}
+    for row in rows:
+        if row["trial_number"] in costs and row["value"] is not None:
+            rungs.record(row["trial_number"], row["epoch"],
+                         [row["value"], *costs[row["trial_number"]]])
+    return rungs

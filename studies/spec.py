@@ -9,7 +9,11 @@ trainer on the workers, e.g. a user's own training loop; its module must be impo
 driver and by every Ray worker, e.g. through ``PYTHONPATH``), and ``checkpoints`` (a folder,
 stored absolute: each trained trial saves its weights in ``<folder>/<study>/trial-<N>/`` as
 ``nas train --out`` does, recorded as the trial's ``nas.checkpoint``; an evaluator of one's own
-then receives ``checkpoint_dir`` and returns ``checkpoint``). Unknown keys are an error.
+then receives ``checkpoint_dir`` and returns ``checkpoint``), and ``tune`` (Ray Tune's options:
+``callbacks``, a list from ``csv``, ``json``, ``tensorboard``, ``mlflow``, ``wandb``;
+``max_failures``, Tune's retries of a trial that raised; ``storage_path``, where Tune's
+experiment folders go, default ``nas_runs/<study>`` under the current folder, stored absolute).
+Unknown keys are an error.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ __all__ = [
     "Objective",
     "Resources",
     "StudySpec",
+    "TuneOptions",
     "load_study_spec",
 ]
 
@@ -43,7 +48,10 @@ OBJECTIVES: dict[str, Direction] = {
 }
 _CONSTRAINTS = ("params_max", "madds_max", "latency_ms_max", "params_min", "madds_min")
 _KEYS = ("name", "task", "space", "objectives", "constraints", "sampler", "budget", "fidelity",
-         "resources", "seed", "train", "enqueue", "description", "evaluator", "checkpoints")
+         "resources", "seed", "train", "enqueue", "description", "evaluator", "checkpoints",
+         "tune")
+#: Tune logger callbacks by name; ``json`` is always written (``ExperimentAnalysis`` reads it).
+TUNE_CALLBACKS = ("csv", "json", "tensorboard", "mlflow", "wandb")
 _EVALUATOR = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
@@ -78,6 +86,19 @@ class Fidelity:
 class Resources:
     cpu: float = 1.0
     gpu: float = 0.0
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """Ray Tune's options of a study (study key ``tune``)."""
+
+    callbacks: tuple[str, ...] = ("csv", "json")
+    max_failures: int = 0
+    storage_path: str | None = None  # absolute; None: nas_runs/<study> where the run starts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"callbacks": list(self.callbacks), "max_failures": self.max_failures,
+                **({"storage_path": self.storage_path} if self.storage_path else {})}
 
 
 def _mapping(value: Any, key: str) -> dict[str, Any]:
@@ -131,6 +152,7 @@ class StudySpec:
     description: str = ""
     evaluator: str | None = None
     checkpoints: str | None = None  # absolute directory: each trial's weights, when set
+    tune: TuneOptions = TuneOptions()
 
     @property
     def directions(self) -> list[Direction]:
@@ -156,6 +178,7 @@ class StudySpec:
             "seed": self.seed, "train": dict(self.train), "enqueue": list(self.enqueue),
             **({"evaluator": self.evaluator} if self.evaluator else {}),
             **({"checkpoints": self.checkpoints} if self.checkpoints else {}),
+            "tune": self.tune.to_dict(),
         }
 
     def checkpoint_dir(self, number: int) -> str | None:
@@ -265,6 +288,7 @@ class StudySpec:
             # Relative to where `nas run` runs; stored absolute, so a resume finds the same place.
             checkpoints = str(Path(checkpoints.strip()).expanduser().absolute())
         return cls(
+            tune=cls._tune(data.get("tune")),
             name=study_name.strip(), task=task_name, task_options=task_options,
             space=dict(space) if isinstance(space, Mapping) else space,
             objectives=objectives, constraints=constraints, sampler=sampler, budget=budget,
@@ -273,6 +297,32 @@ class StudySpec:
             enqueue=tuple(enqueue), description=str(data.get("description") or ""),
             evaluator=evaluator, checkpoints=checkpoints,
         )
+
+    @staticmethod
+    def _tune(value: Any) -> TuneOptions:
+        options = _mapping(value, "tune")
+        _only(options, ("callbacks", "max_failures", "storage_path"), "tune")
+        callbacks = options.get("callbacks", ["csv", "json"])
+        if isinstance(callbacks, str):
+            callbacks = [callbacks]
+        if not isinstance(callbacks, list) or not all(isinstance(c, str) for c in callbacks):
+            raise ConfigError(f"Study key `tune.callbacks` must be a list of names from "
+                              f"{list(TUNE_CALLBACKS)}, but got {callbacks!r}.")
+        for name in callbacks:
+            if name not in TUNE_CALLBACKS:
+                raise ConfigError(f"Unknown Tune callback {name!r} in `tune.callbacks`; "
+                                  f"callbacks are {list(TUNE_CALLBACKS)}.")
+        ordered = tuple(dict.fromkeys([*callbacks, "json"]))
+        storage_path = options.get("storage_path")
+        if storage_path is not None:
+            if not isinstance(storage_path, str) or not storage_path.strip():
+                raise ConfigError(f"Study key `tune.storage_path` must be a directory path, but "
+                                  f"got {storage_path!r}.")
+            storage_path = str(Path(storage_path.strip()).expanduser().absolute())
+        return TuneOptions(
+            callbacks=ordered, storage_path=storage_path,
+            max_failures=_number(options.get("max_failures", 0), "tune.max_failures",
+                                 integer=True))
 
     @staticmethod
     def _objectives(value: Any) -> tuple[Objective, ...]:

@@ -1,14 +1,16 @@
-"""What runs on a Ray worker: a plain function, and the thin, stateless actor around it.
+"""What runs on a Ray worker: a plain training function, and the thin Tune trainable around it.
 
 ``evaluate_trial`` trains one architecture and returns a JSON-friendly result; it is testable
-without Ray. ``TrialWorker`` is the Ray actor that calls it: reused across trials (its only state
-is a cache of generated task data), reporting each epoch to the study's coordinator, which may
-answer "stop" (early stopping).
+without Ray. ``trainable`` is the Ray Tune function trainable that calls it (or a study's own
+evaluator with the same signature): it reports every epoch with ``ray.tune.report`` and, last, the
+trial's final result. Early stopping is Tune's: the scheduler's STOP ends the function at its
+next report. Task data is cached per worker process, so a reused actor builds it once.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -22,9 +24,18 @@ from nas.models import create_model
 from nas.tasks import TaskGeometry
 from trainers import TaskData, TrainConfig, get_task, train
 
-__all__ = ["TrialWorker", "evaluate_trial", "measure_latency_ms"]
+__all__ = ["EvaluatorUnavailable", "evaluate_trial", "measure_latency_ms", "trainable"]
 
+Evaluator = Callable[..., dict[str, Any]]
 _TASKS: dict[str, TaskData] = {}
+#: What the final report of a trial carries (the per-epoch reports carry ``epoch`` and its
+#: metrics); every report has every key, so Tune's CSV and dataframe columns are stable.
+FINAL_KEYS = ("status", "reason", "value", "seconds", "samples_per_second", "latency_ms",
+              "checkpoint", "node", "epochs_reached")
+
+
+class EvaluatorUnavailable(RuntimeError):
+    """The worker cannot load the study's evaluator: not the trial's fault."""
 
 
 def _task(name: str, options: dict[str, Any]) -> TaskData:
@@ -69,51 +80,57 @@ def evaluate_trial(
     return out
 
 
-class TrialWorker:
-    """Ray actor: made remote (with the study's CPUs/GPUs per trial) by the engine."""
-
-    def __init__(self, evaluator: Callable[..., dict[str, Any]] | None = None,
-                 threads: int = 1) -> None:
-        torch.set_num_threads(threads)  # the CPUs one trial holds; the engine sizes the pool
-        self.evaluator = evaluator or evaluate_trial
-
-    def run(self, number: int, arch: dict[str, Any], settings: dict[str, Any], task: str,
-            task_options: dict[str, Any], latency: bool, coordinator: Any,
-            cost_vector: list[float] | None = None,
-            checkpoint_dir: str | None = None) -> dict[str, Any]:
-        import ray
-
-        def report(epoch: dict[str, Any]) -> bool:
-            return bool(ray.get(coordinator.report.remote(number, epoch, cost_vector)))
-
-        # An evaluator of the user's own gets `checkpoint_dir` only when the study asks for it.
-        extra = {"checkpoint_dir": checkpoint_dir} if checkpoint_dir else {}
-        out = self.evaluator(arch, settings, task, task_options, latency=latency, report=report,
-                             **extra)
-        out["node"] = ray.get_runtime_context().get_node_id()
-        return out
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-class Coordinator:
-    """Ray actor between workers and the driver: early-stopping decisions and epoch reports.
+def _epoch_metrics(epoch: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": "epoch", "epoch": int(epoch["epoch"]), "metric": epoch.get("metric"),
+            "value": _number(epoch.get("value")), "train_loss": _number(epoch.get("train_loss")),
+            "lr": _number(epoch.get("lr")), "epoch_seconds": _number(epoch.get("seconds")),
+            "extra": json.dumps(epoch.get("extra") or {}),
+            **dict.fromkeys(k for k in FINAL_KEYS if k != "value")}
 
-    Workers call ``report`` after each epoch, with the trial's cost objectives, and get back
-    whether to stop; the driver drains the reports to write them to the database (the driver is
-    the only writer).
+
+def trainable(config: dict[str, Any], *, evaluator: bytes | None = None,
+              threads: int = 1) -> None:
+    """Ray Tune function trainable: one trial of a study.
+
+    ``config`` is what the study's searcher suggested (``number``, ``arch``, ``settings``,
+    ``task``, ``task_options``, ``latency``, ``checkpoint_dir``); ``evaluator`` the study's own
+    training function, pickled (None: :func:`evaluate_trial`); ``threads`` the torch threads of
+    the CPUs the trial holds.
     """
+    import ray
+    from ray import cloudpickle, tune
 
-    def __init__(self, rungs: Any) -> None:
-        self.rungs = rungs
-        self.pending: list[tuple[int, dict[str, Any]]] = []
+    torch.set_num_threads(max(1, threads))
+    if evaluator is None:
+        function: Evaluator = evaluate_trial
+    else:
+        try:
+            function = cloudpickle.loads(evaluator)
+        except Exception as exc:  # e.g. its module is not importable on this node
+            raise EvaluatorUnavailable(f"{type(exc).__name__}: {exc}") from None
+    last: dict[str, Any] = {}
 
-    def report(self, number: int, epoch: dict[str, Any],
-               cost_vector: list[float] | None = None) -> bool:
-        self.pending.append((number, epoch))
-        if self.rungs is None:
-            return False
-        vector = [epoch["value"], *(cost_vector or [])]
-        return bool(self.rungs.should_stop(number, int(epoch["epoch"]), vector))
+    def report(epoch: dict[str, Any]) -> bool:
+        last.update(_epoch_metrics(epoch))
+        tune.report(dict(last))
+        return False  # the scheduler's STOP ends this function inside tune.report
 
-    def drain(self) -> list[tuple[int, dict[str, Any]]]:
-        out, self.pending = self.pending, []
-        return out
+    # An evaluator of the user's own gets `checkpoint_dir` only when the study asks for it.
+    extra = {"checkpoint_dir": config["checkpoint_dir"]} if config.get("checkpoint_dir") else {}
+    out = function(config["arch"], config["settings"], config["task"], config["task_options"],
+                   latency=bool(config.get("latency")), report=report, **extra)
+    epochs = out.get("epochs") or []
+    final = {**(last or _epoch_metrics({"epoch": 0})), "kind": "final",
+             "status": str(out.get("status", "failed")), "reason": out.get("reason"),
+             "value": _number(out.get("value")), "seconds": _number(out.get("seconds")),
+             "samples_per_second": _number(out.get("samples_per_second")),
+             "latency_ms": _number(out.get("latency_ms")), "checkpoint": out.get("checkpoint"),
+             "node": ray.get_runtime_context().get_node_id(), "epochs_reached": len(epochs)}
+    if not last and epochs:  # an evaluator that did not call `report`: its curve, at the end
+        for epoch in epochs:
+            tune.report(_epoch_metrics(epoch))
+    tune.report(final)

@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 
 from nas.errors import NasError
 from nas_cli.main import main as nas_main
-from studies import StudySpec, _driver, counted_trials, create_study, load_existing, run_study
+from studies import StudySpec, counted_trials, create_study, load_existing, run_study, searcher
 from studies.engine import close_interrupted
 from studies.storage import read_epochs
 from trainers import TrainConfig, get_task
@@ -260,7 +260,7 @@ def test_a_spent_timeout_starts_nothing(tmp_path) -> None:
 
 def test_a_constraint_that_rejects_everything_ends_the_study(tmp_path, monkeypatch,
                                                              capsys) -> None:
-    monkeypatch.setattr(_driver, "_MAX_REJECTED_IN_A_ROW", 5)
+    monkeypatch.setattr(searcher, "MAX_REJECTED_IN_A_ROW", 5)
     path = h.write_study(tmp_path / "tight.yaml", "tight", constraints={"params_max": 1000},
                          evaluator="study_helpers:instant")
     db = tmp_path / "tight.db"

@@ -1,0 +1,71 @@
+"""The progress of a running study: one updating line in a terminal, plain lines otherwise.
+
+trials finished of the budget, running, rejected, best hypervolume, elapsed time and ETA. The
+hypervolume is recomputed only when a trial completes; the ETA extrapolates the mean time per
+counted trial.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from studies.pareto import normalized_hypervolume
+
+__all__ = ["Progress"]
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes = f"{rest // 60:02d}:{rest % 60:02d}"
+    return f"{hours}:{minutes}" if hours else minutes
+
+
+class Progress:
+    """Shows ``counted/budget | running | rejected | hypervolume | elapsed | ETA``."""
+
+    def __init__(self, budget: int, directions: list[str], *, enabled: bool = True,
+                 stream: TextIO | None = None, counted_at_start: int = 0) -> None:
+        self.budget, self.directions, self.enabled = budget, directions, enabled
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.start = time.monotonic()
+        self.counted_at_start = counted_at_start
+        self.hv, self.hv_points = 0.0, -1
+        self.last, self.last_time = "", 0.0
+
+    def line(self, counted: int, running: int, rejected: int, values: list[list[float]]) -> str:
+        if len(values) != self.hv_points:  # only a new complete trial moves it
+            self.hv = normalized_hypervolume(values, self.directions)
+            self.hv_points = len(values)
+        elapsed = time.monotonic() - self.start
+        done_here = counted - self.counted_at_start
+        eta = "?"
+        if done_here > 0:
+            eta = _clock(elapsed / done_here * max(0, self.budget - counted))
+        return (f"trials {counted}/{self.budget} | running {running} | rejected {rejected} | "
+                f"hypervolume {self.hv:.4f} | elapsed {_clock(elapsed)} | ETA {eta}")
+
+    def show(self, counted: int, running: int, rejected: int, values: list[list[float]],
+             *, tick: bool = False) -> None:
+        """Print the line if it changed (``tick``: a timer refresh, at most once a second, and
+        only in a terminal)."""
+        if not self.enabled or (tick and (not self.tty or time.monotonic() - self.last_time < 1)):
+            return
+        line = self.line(counted, running, rejected, values)
+        if not self.tty:
+            # Plain lines: one per change of the counts, not per second of the clock.
+            key = line.split(" | elapsed")[0]
+            if key == self.last:
+                return
+            self.last = key
+            print(line, file=self.stream, flush=True)
+            return
+        self.last_time = time.monotonic()
+        print("\r\x1b[2K" + line, end="", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.enabled and self.tty:
+            print(file=self.stream, flush=True)

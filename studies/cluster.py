@@ -1,0 +1,84 @@
+"""Connecting to Ray: a local runtime, or an existing cluster with ``--address``.
+
+Both checks here run before a study is written: an address where nothing listens fails in one
+line at once (Ray itself retries for minutes), and a per-trial resource request that no node of
+the cluster can hold is refused (Tune would wait for it forever).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+
+from nas.errors import NasError
+from studies.spec import Resources
+
+__all__ = ["check_ray_address", "connect"]
+
+
+def check_ray_address(address: str | None, timeout: float = 5.0) -> None:
+    """Fail fast, in one line, when ``address`` names a host:port where nothing listens.
+    ``auto``, ``local`` and no address are left to ``ray.init``."""
+    if not address or address in ("auto", "local"):
+        return
+    target = address.split("://", 1)[-1]
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        raise NasError(f"--address must be 'auto', 'host:port' or 'ray://host:port', but got "
+                       f"{address!r}.")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise NasError(f"Cannot reach the Ray cluster at {address!r}: {why}. Start it with "
+                       "`ray start --head`, or leave out --address for a local Ray.") from None
+
+
+def _init(address: str | None) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    check_ray_address(address)
+    try:
+        if address:
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+        else:
+            ray.init(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
+                     num_cpus=os.cpu_count())
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise NasError(f"Cannot reach the Ray cluster at {address!r}: {first}") from None
+
+
+def connect(address: str | None, resources: Resources) -> int:
+    """Start or join Ray; the number of trials that can run at once with ``resources`` each.
+
+    Raises:
+        NasError: no node of the cluster has the CPUs and GPUs one trial asks for.
+    """
+    import ray
+
+    _init(address)
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    fits = [n for n in nodes if n.get("CPU", 0) >= resources.cpu - 1e-9
+            and n.get("GPU", 0) >= resources.gpu - 1e-9]
+    if not fits:
+        largest: dict[str, float] = max(
+            nodes, key=lambda n: (n.get("GPU", 0), n.get("CPU", 0)), default={})
+        raise NasError(
+            f"Study key `resources` asks for {resources.cpu:g} cpu and {resources.gpu:g} gpu per "
+            f"trial, but the largest node of the Ray cluster has {largest.get('CPU', 0):g} CPUs "
+            f"and {largest.get('GPU', 0):g} GPUs; lower `resources` or add such a node.")
+    slots = 0
+    for n in fits:
+        per = []
+        if resources.cpu > 0:
+            per.append(math.floor(n.get("CPU", 0) / resources.cpu + 1e-9))
+        if resources.gpu > 0:
+            per.append(math.floor(n.get("GPU", 0) / resources.gpu + 1e-9))
+        slots += min(per)
+    return max(1, slots)

@@ -1,0 +1,440 @@
+"""The study's Ray Tune searcher: it asks and tells the stored Optuna study.
+
+``StudySearcher.suggest`` asks the study's own sampler for a trial, maps its parameters to an
+architecture (the search space), computes the cheap objectives on the meta device and
+
+- rejects a constraint violation before any training (recorded, not counted),
+- reuses the result of the same architecture trained with the same settings,
+- makes a twin of a trial in flight wait for its result,
+
+and hands Tune only what must train. ``on_trial_complete`` tells the study how the trial ended
+(complete, pruned by the scheduler, failed). ``StudyCallback`` is the searcher's view of what
+Tune does not show a searcher: every epoch report (written to the database as it arrives, the one
+a scheduler stops on included), the error of a failed trial, and a clock for the progress line.
+
+Optuna's storage is the record: Tune's trial ids are kept only while the run lives.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.trial import TrialState
+from ray.tune import Callback
+from ray.tune.search import Searcher
+
+from nas.errors import NasError
+from nas.tasks import TaskGeometry
+from studies._progress import Progress
+from studies._trials import StudyRun, counted_trials, mark_interrupted, tell
+from studies.keys import COUNTED_EXCLUDED, Status, TrialKey
+from studies.spec import StudySpec
+from studies.storage import session, set_trial_user_attrs, write_epoch
+
+if TYPE_CHECKING:  # the cost model (torch) is imported when the first trial is costed
+    from nas.cost import Cost
+
+__all__ = ["StudyCallback", "StudySearcher"]
+
+# A space whose every draw breaks the constraints would otherwise be sampled forever.
+MAX_REJECTED_IN_A_ROW = 200
+
+
+def _estimate_cost(config: Any, geometry: TaskGeometry) -> Cost:
+    from nas.cost import estimate_cost
+
+    return estimate_cost(config, geometry)
+
+
+def cost_dict(cost: Cost) -> dict[str, Any]:
+    return {"params": cost.params, "params_matrix": cost.params_matrix, "madds": cost.madds,
+            "parts": {k: vars(v) for k, v in cost.parts.items()}}
+
+
+def violations(spec: StudySpec, cost: Cost) -> str | None:
+    """The first constraint ``cost`` breaks, as a phrase; None when it meets them all."""
+    for key, limit in spec.constraints.items():
+        name, bound = key.rsplit("_", 1)
+        value = getattr(cost, name, None)
+        if value is None:  # latency is measured after training: checked then
+            continue
+        if (bound == "max" and value > limit) or (bound == "min" and value < limit):
+            return f"{name} {value:,} breaks {key}={limit:,.0f}"
+    return None
+
+
+def _objective_values(spec: StudySpec, cost: dict[str, Any],
+                      result: dict[str, Any]) -> list[float] | str:
+    """The trial's objective vector, or why there is none (a value missing or not finite)."""
+    values = {"accuracy": result.get("value"), "params": cost["params"], "madds": cost["madds"],
+              "latency_ms": result.get("latency_ms")}
+    out = []
+    for o in spec.objectives:
+        value = values[o.name]
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            return f"the evaluator returned {o.name}={value!r}"
+        out.append(float(value))
+    return out
+
+
+def _result_key(arch_id: str, settings: dict[str, Any]) -> str:
+    """Equal keys, equal results: the architecture and everything it is trained with."""
+    return arch_id + json.dumps(settings, sort_keys=True, default=str)
+
+
+@dataclass
+class _Candidate:
+    """A sampled trial within the constraints: what a worker needs to train it."""
+
+    trial: optuna.trial.Trial
+    attrs: dict[str, Any]  # arch, arch_id, cost, train
+    key: str
+    epochs_reached: int = 0
+
+
+@dataclass(frozen=True)
+class _Known:
+    """A completed training, by result key: what a re-sampled twin reuses."""
+
+    number: int
+    values: list[float]
+    epochs_reached: int | None
+    checkpoint: str | None = None
+
+
+def _known_results(trials: list[optuna.trial.FrozenTrial]) -> dict[str, _Known]:
+    out: dict[str, _Known] = {}
+    for t in trials:
+        arch_id, settings = t.user_attrs.get(TrialKey.ARCH_ID), t.user_attrs.get(TrialKey.TRAIN)
+        if t.state == TrialState.COMPLETE and arch_id and isinstance(settings, dict):
+            key = _result_key(arch_id, settings)
+            if key not in out:
+                out[key] = _Known(t.number, list(t.values),
+                                  t.user_attrs.get(TrialKey.EPOCHS_REACHED),
+                                  t.user_attrs.get(TrialKey.CHECKPOINT))
+    return out
+
+
+class StudySearcher(Searcher):
+    """Tune searcher over a stored Optuna study (its sampler, its constraints, its records).
+
+    ``stopped`` is the set of Tune trial ids the scheduler stopped (recorded as pruned);
+    ``deadline`` a ``time.monotonic()`` after which no trial starts.
+    """
+
+    def __init__(self, run: StudyRun, geometry: TaskGeometry, *, stopped: set[str] | None = None,
+                 deadline: float = math.inf, progress: Progress | None = None) -> None:
+        super().__init__(metric=None, mode=None)
+        spec = run.spec
+        self.run, self.geometry, self.deadline, self.progress = run, geometry, deadline, progress
+        self.stopped = stopped if stopped is not None else set()
+        with session(run.storage.url):
+            trials = run.study.get_trials(deepcopy=False)
+        self.statuses = Counter(t.user_attrs.get(TrialKey.STATUS) for t in trials
+                                if t.state.is_finished())
+        self.values = [list(t.values) for t in trials if t.state == TrialState.COMPLETE]
+        self.counted = counted_trials(trials)
+        self.known = _known_results(trials)
+        self.settings_base = {**spec.train, "epochs": spec.fidelity.epochs, "seed": spec.seed}
+        self.latency = ("latency_ms" in spec.objective_names
+                        or "latency_ms_max" in spec.constraints)
+        self.costs: dict[str, Cost] = {}
+        self.live: dict[str, _Candidate] = {}  # Tune trial id -> the trial it trains
+        self.in_flight: dict[str, int] = {}  # result key -> number of the trial training it
+        self.deferred: list[_Candidate] = []  # twins of a trial in flight: wait for its result
+        self.ready: list[_Candidate] = []  # twins whose leader did not complete: train them
+        self.errored: dict[str, _Candidate] = {}  # failed in Tune, waiting for the error text
+        self.rejected_in_a_row = 0
+        self.halted = ""  # why no more trials start: a hopeless space, workers that cannot start
+
+    # ------------------------------------------------------------------ Tune's interface
+    # Tune pickles its searcher into the experiment folder to restore a run; a study resumes
+    # from its database instead, so only a marker is kept (the live connection cannot pickle).
+    def __getstate__(self) -> dict[str, Any]:
+        return {"study": self.run.spec.name, "record": "the study's database"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def save_to_dir(self, checkpoint_dir: str, session_str: str = "default") -> None:
+        return None
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:  # or Searcher.FINISHED
+        self._release_deferred()
+        stop = bool(self.halted) or time.monotonic() > self.deadline
+        if stop:
+            for candidate in self.ready:
+                self._interrupt(candidate)
+            self.ready = []
+            return self._finished_or_wait()
+        if self.ready:
+            return self._launch(trial_id, self.ready.pop(0))
+        while not self.halted:
+            if self.counted + len(self.live) + len(self.deferred) >= self.run.spec.budget.trials:
+                return self._finished_or_wait()
+            sampled = self._sample()
+            self._show()
+            if sampled is not None:
+                return self._launch(trial_id, sampled)
+        return self._finished_or_wait()
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
+                          error: bool = False) -> None:
+        candidate = self.live.get(trial_id)
+        if candidate is None:
+            return
+        if error:  # the text of the error reaches StudyCallback.on_trial_error next
+            self.errored[trial_id] = self.live.pop(trial_id)
+            return
+        self.live.pop(trial_id)
+        result = result or {}
+        if trial_id in self.stopped:
+            self._finish(candidate, {**result, "status": Status.STOPPED,
+                                     "reason": "stopped early by the scheduler at epoch "
+                                               f"{candidate.epochs_reached}"})
+        elif result.get("kind") == "final":
+            self._finish(candidate, result)
+        else:  # Tune ended it before its final report: the run is ending under it
+            self._interrupt(candidate)
+
+    # ------------------------------------------------------------------ StudyCallback's input
+    def record_epoch(self, trial_id: str, result: dict[str, Any]) -> None:
+        """Write one epoch report to the database (the per-epoch table, Optuna's curve)."""
+        candidate = self.live.get(trial_id)
+        if candidate is None or result.get("kind") != "epoch":
+            return
+        run, number = self.run, candidate.trial.number
+        epoch = int(result["epoch"])
+        candidate.epochs_reached = max(candidate.epochs_reached, epoch)
+        try:
+            extra = json.loads(result.get("extra") or "{}")
+        except (TypeError, ValueError):
+            extra = {}
+        write_epoch(run.storage, run.spec.name, number, {
+            "epoch": epoch, "train_loss": result.get("train_loss"), "metric": result.get("metric"),
+            "value": result.get("value"), "seconds": result.get("epoch_seconds"),
+            "extra": extra})
+        value = result.get("value")
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            with session(run.storage.url):
+                run.storage.set_trial_intermediate_value(candidate.trial._trial_id, epoch,
+                                                         float(value))
+
+    def record_error(self, trial_id: str, message: str, *, worker_setup: bool) -> None:
+        """A trial raised in Tune (after Tune's retries). ``worker_setup``: the worker could
+        not load the evaluator; not the trial's fault, and no later trial would start."""
+        candidate = self.errored.pop(trial_id, None) or self.live.pop(trial_id, None)
+        if candidate is None:
+            return
+        if worker_setup:
+            self.halted = f"Ray workers cannot start: {message}"
+            self._interrupt(candidate)
+            return
+        self._finish(candidate, {"status": Status.FAILED, "reason": message})
+
+    def close(self) -> None:
+        """After ``Tuner.fit``: close what Tune left unfinished (an interrupted run)."""
+        for candidate in [*self.live.values(), *self.errored.values(), *self.deferred,
+                          *self.ready]:
+            self._interrupt(candidate)
+        self.live, self.errored, self.deferred, self.ready = {}, {}, [], []
+        if self.progress is not None:
+            self.progress.close()
+
+    def tick(self) -> None:
+        self._show(tick=True)
+
+    # ------------------------------------------------------------------ sampling
+    def _sample(self) -> _Candidate | None:
+        """Ask for a trial; reject it, reuse a result, defer it, or return it to train."""
+        run, spec = self.run, self.run.spec
+        with session(run.storage.url):
+            trial = run.study.ask()
+        try:
+            config, train_overrides = run.space.suggest(trial)
+            cost = self.costs.get(config.arch_id) or _estimate_cost(config, self.geometry)
+        except NasError as exc:  # a space that lets an invalid config through: record, go on
+            self._reject(trial, str(exc), {})
+            return None
+        self.costs[config.arch_id] = cost
+        settings = {**self.settings_base, **train_overrides}
+        attrs = {TrialKey.ARCH: config.to_dict(), TrialKey.ARCH_ID: config.arch_id,
+                 TrialKey.COST: cost_dict(cost), TrialKey.TRAIN: settings}
+        reason = violations(spec, cost)
+        if reason is not None:
+            self._reject(trial, reason, attrs)
+            return None
+        self.rejected_in_a_row = 0
+        candidate = _Candidate(trial, attrs, _result_key(config.arch_id, settings))
+        if candidate.key in self.known:
+            self._reuse(candidate)
+            return None
+        with session(run.storage.url):
+            set_trial_user_attrs(run.storage, trial._trial_id, attrs)
+        if candidate.key in self.in_flight:
+            self.deferred.append(candidate)
+            return None
+        return candidate
+
+    def _launch(self, trial_id: str, candidate: _Candidate) -> dict[str, Any]:
+        spec, number = self.run.spec, candidate.trial.number
+        self.live[trial_id] = candidate
+        self.in_flight[candidate.key] = number
+        with session(self.run.storage.url):
+            set_trial_user_attrs(self.run.storage, candidate.trial._trial_id,
+                                 {TrialKey.TUNE_TRIAL: trial_id})
+        cost = candidate.attrs[TrialKey.COST]
+        self._show()
+        return {
+            "number": number, "arch": candidate.attrs[TrialKey.ARCH],
+            "settings": candidate.attrs[TrialKey.TRAIN], "task": spec.task,
+            "task_options": spec.task_options, "latency": self.latency,
+            "checkpoint_dir": spec.checkpoint_dir(number),
+            "cost_vector": [float(cost[o.name]) for o in spec.objectives
+                            if o.name in ("params", "madds")],
+        }
+
+    def _finished_or_wait(self) -> Any:
+        """FINISHED once nothing more can come of this run; None while twins wait for a trial
+        in flight (its failure would send them to train)."""
+        return None if self.deferred else Searcher.FINISHED
+
+    def _release_deferred(self) -> None:
+        """Twins whose leader finished: reuse its result, or train them if it did not
+        complete."""
+        waiting = []
+        for candidate in self.deferred:
+            if candidate.key in self.in_flight:
+                waiting.append(candidate)
+            elif candidate.key in self.known:
+                self._reuse(candidate)
+            else:
+                self.ready.append(candidate)
+        self.deferred = waiting
+
+    # ------------------------------------------------------------------ endings
+    def _add(self, status: str, values: list[float] | None = None) -> None:
+        self.statuses[status] += 1
+        if values is not None:
+            self.values.append(values)
+        if status not in COUNTED_EXCLUDED:
+            self.counted += 1
+        self._show()
+
+    def _reject(self, trial: Any, reason: str, attrs: dict[str, Any]) -> None:
+        tell(self.run, trial, TrialState.FAIL, None,
+             {**attrs, TrialKey.STATUS: Status.REJECTED, TrialKey.REASON: reason})
+        self._add(Status.REJECTED)
+        self.rejected_in_a_row += 1
+        if self.rejected_in_a_row >= MAX_REJECTED_IN_A_ROW:
+            self.halted = (
+                f"Study {self.run.spec.name!r}: {self.rejected_in_a_row} architectures in a row "
+                f"were rejected (the last: {reason}); loosen `constraints` or narrow the space.")
+
+    def _reuse(self, candidate: _Candidate) -> None:
+        previous = self.known[candidate.key]
+        attrs = {**candidate.attrs, TrialKey.STATUS: Status.REUSED,
+                 TrialKey.REUSED_FROM: previous.number,
+                 TrialKey.EPOCHS_REACHED: previous.epochs_reached}
+        if previous.checkpoint:
+            attrs[TrialKey.CHECKPOINT] = previous.checkpoint
+        tell(self.run, candidate.trial, TrialState.COMPLETE, list(previous.values), attrs)
+        self._add(Status.REUSED, list(previous.values))
+
+    def _interrupt(self, candidate: _Candidate) -> None:
+        self.in_flight.pop(candidate.key, None)
+        mark_interrupted(self.run, candidate.trial)
+        self._add(Status.INTERRUPTED)
+
+    def _finish(self, candidate: _Candidate, result: dict[str, Any]) -> None:
+        """Record how a trained trial ended; its twins are released at the next suggest."""
+        spec, trial = self.run.spec, candidate.trial
+        self.in_flight.pop(candidate.key, None)
+        status = result.get("status") or Status.FAILED
+        reached = result.get("epochs_reached")
+        attrs: dict[str, Any] = {
+            TrialKey.STATUS: status,
+            TrialKey.EPOCHS_REACHED: reached if isinstance(reached, int)
+            else candidate.epochs_reached,
+        }
+        for key, name in ((TrialKey.SECONDS, "seconds"), (TrialKey.NODE, "node"),
+                          (TrialKey.SAMPLES_PER_SECOND, "samples_per_second"),
+                          (TrialKey.LATENCY_MS, "latency_ms"), (TrialKey.REASON, "reason"),
+                          (TrialKey.CHECKPOINT, "checkpoint")):
+            if result.get(name) is not None:
+                attrs[key] = result[name]
+        if status == Status.COMPLETED:
+            values = _objective_values(spec, candidate.attrs[TrialKey.COST], result)
+            limit = spec.constraints.get("latency_ms_max")
+            if isinstance(values, str):
+                status, attrs[TrialKey.REASON] = Status.FAILED, values
+            elif limit is not None and (result.get("latency_ms") or 0.0) > limit:
+                attrs.update({TrialKey.STATUS: Status.REJECTED,
+                              TrialKey.REASON: f"latency_ms {result['latency_ms']:.2f} breaks "
+                                               f"latency_ms_max={limit:g}"})
+                tell(self.run, trial, TrialState.FAIL, None, attrs)
+                self._add(Status.REJECTED)
+                return
+            else:
+                tell(self.run, trial, TrialState.COMPLETE, values, attrs)
+                self._add(Status.COMPLETED, values)
+                self.known[candidate.key] = _Known(trial.number, values,
+                                                   attrs[TrialKey.EPOCHS_REACHED],
+                                                   attrs.get(TrialKey.CHECKPOINT))
+                return
+        if status == Status.STOPPED:
+            tell(self.run, trial, TrialState.PRUNED, None, attrs)
+            self._add(Status.STOPPED)
+            return
+        tell(self.run, trial, TrialState.FAIL, None, {**attrs, TrialKey.STATUS: Status.FAILED})
+        self._add(Status.FAILED)
+
+    def _show(self, *, tick: bool = False) -> None:
+        if self.progress is not None:
+            self.progress.show(self.counted, len(self.live), self.statuses[Status.REJECTED],
+                               self.values, tick=tick)
+
+
+def _error_text(trial: Any) -> str:
+    """What a failed trial raised, in one line: the exception the trainable raised (Tune keeps
+    it, pickled, with the traceback as text, in the trial's folder)."""
+    from ray import cloudpickle
+
+    try:
+        with open(trial.pickled_error_file, "rb") as f:
+            error = cloudpickle.load(f)
+        cause = getattr(error, "cause", None) or error
+        text = f"{type(cause).__name__}: {cause}"
+    except Exception:  # no pickled error (e.g. not a task or actor error): Tune's text file
+        try:
+            with open(trial.error_file) as f:
+                text = f.read()
+        except (OSError, TypeError):
+            text = "the trial raised an error"
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else text
+
+
+class StudyCallback(Callback):
+    """Tune callback feeding the searcher what a searcher does not see."""
+
+    def __init__(self, searcher: StudySearcher) -> None:
+        self.searcher = searcher
+
+    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any,
+                        result: dict[str, Any], **info: Any) -> None:
+        self.searcher.record_epoch(trial.trial_id, result)
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        text = _error_text(trial)
+        self.searcher.record_error(trial.trial_id, text,
+                                   worker_setup="EvaluatorUnavailable" in text)
+
+    def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        self.searcher.tick()
