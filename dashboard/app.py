@@ -36,6 +36,7 @@ from dashboard.data import (
     study_names,
 )
 from nas.errors import NasError
+from studies.keys import StudyKey
 from studies.pareto import normalized_hypervolume
 from studies.storage import resolve_storage_url
 
@@ -152,7 +153,7 @@ def _formats(family: str | None) -> list[str]:
 
 
 def _family(info: _Info) -> str | None:
-    space = info.attrs.get("nas.space") or {}
+    space = info.attrs.get(StudyKey.SPACE) or {}
     base = space.get("base") if isinstance(space, dict) else None
     if isinstance(base, dict):
         return base.get("family")

@@ -24,6 +24,7 @@ from optuna.distributions import (
 from sqlalchemy.engine import Connection, Engine
 
 from dashboard import _sql as sql
+from studies.keys import Status, StudyKey, TrialKey
 from studies.storage import StorageError, epochs_table, resolve_storage_url, session
 
 __all__ = [
@@ -44,9 +45,11 @@ __all__ = [
 FIXED_COLUMNS = ("number", "state", "status", "reason", "arch_id", "epochs_reached",
                  "cost_params", "cost_madds", "started", "completed", "duration_s")
 # The scalar trial attributes the study views show, and their columns (the architecture itself
-# is read per trial; ``nas.cost`` gives ``cost_params`` and ``cost_madds``).
-_SCALAR_ATTRS = {"nas.status": "status", "nas.reason": "reason", "nas.arch_id": "arch_id",
-                 "nas.epochs_reached": "epochs_reached"}
+# is read per trial; ``TrialKey.COST`` gives ``cost_params`` and ``cost_madds``).
+_SCALAR_ATTRS = {TrialKey.STATUS: "status", TrialKey.REASON: "reason",
+                 TrialKey.ARCH_ID: "arch_id", TrialKey.EPOCHS_REACHED: "epochs_reached"}
+# A status as Optuna stores a user attribute (JSON text), to compare in SQL.
+_REJECTED_JSON = json.dumps(Status.REJECTED)
 
 
 # ----------------------------------------------------------------------------- the engine
@@ -89,7 +92,7 @@ class StudyInfo:
 
     @property
     def spec(self) -> dict[str, Any]:
-        return dict(self.attrs.get("nas.spec") or {})
+        return dict(self.attrs.get(StudyKey.SPEC) or {})
 
     @property
     def task(self) -> str | None:
@@ -102,11 +105,11 @@ class StudyInfo:
 
 
 def _objective_names(attrs: dict[str, Any], n: int) -> tuple[str, ...]:
-    names = attrs.get("nas.objectives")
+    names = attrs.get(StudyKey.OBJECTIVES)
     if isinstance(names, list) and len(names) == n:
         return tuple(str(x) for x in names)
-    names = attrs.get("nas.spec", {}).get("objectives") if isinstance(
-        attrs.get("nas.spec"), dict) else None
+    spec = attrs.get(StudyKey.SPEC)
+    names = spec.get("objectives") if isinstance(spec, dict) else None
     if isinstance(names, list) and len(names) == n:
         return tuple(str(o.get("name")) for o in names)
     return tuple(f"objective_{i}" for i in range(n))
@@ -155,7 +158,7 @@ def study_info(engine: Engine, name: str) -> StudyInfo:
 
 def list_studies(engine: Engine) -> tuple[list[StudyInfo], pd.DataFrame]:
     """Every study, and a frame with one row per study: trials by state (``rejected`` and
-    ``failed`` split Optuna's FAIL by ``nas.status``), last activity, and each objective's
+    ``failed`` split Optuna's FAIL by ``TrialKey.STATUS``), last activity, and each objective's
     values of the completed trials (columns ``study_id``, ``objective``, ``value``) in
     ``frame.attrs["values"]``, for the caller's best values and hypervolume."""
     t, v = sql.trials, sql.trial_values
@@ -170,7 +173,7 @@ def list_studies(engine: Engine) -> tuple[list[StudyInfo], pd.DataFrame]:
         statuses = pd.DataFrame(conn.execute(
             sa.select(t.c.study_id, sql.trial_attrs.c.value_json, sa.func.count().label("n"))
             .join(t, t.c.trial_id == sql.trial_attrs.c.trial_id)
-            .where(sql.trial_attrs.c.key == "nas.status", sql.as_text(t.c.state) == "FAIL")
+            .where(sql.trial_attrs.c.key == TrialKey.STATUS, sql.as_text(t.c.state) == "FAIL")
             .group_by(t.c.study_id, sql.trial_attrs.c.value_json)).all(),
             columns=["study_id", "status", "n"])
         values = pd.DataFrame(conn.execute(
@@ -184,7 +187,7 @@ def list_studies(engine: Engine) -> tuple[list[StudyInfo], pd.DataFrame]:
         mine = states[states.study_id == info.study_id]
         counts = {str(s).lower(): int(n) for s, n in zip(mine.state, mine.n, strict=True)}
         fail = statuses[statuses.study_id == info.study_id]
-        rejected = int(fail.n[fail.status == '"rejected"'].sum())
+        rejected = int(fail.n[fail.status == _REJECTED_JSON].sum())
         stamps = [x for x in (*mine.started, *mine.completed) if pd.notna(x)]
         rows.append({
             "study_id": info.study_id, "name": info.name, "task": info.task,
@@ -259,11 +262,12 @@ def fingerprint(engine: Engine, study_id: int, name: str) -> str:
 
 
 def _wide_attrs(conn: Connection, mine: Any) -> pd.DataFrame:
-    """The scalar ``nas.*`` attributes and ``nas.cost``'s params and MAdds, one row per trial."""
+    """The scalar ``nas.*`` attributes and ``TrialKey.COST``'s params and MAdds, one row per
+    trial."""
     t, a = sql.trials, sql.trial_attrs
     columns = [sql.pivot(a.c.key == key, a.c.value_json).label(name)
                for key, name in _SCALAR_ATTRS.items()]
-    is_cost = a.c.key == "nas.cost"
+    is_cost = a.c.key == TrialKey.COST
     params = sql.json_number(a.c.value_json, "params", conn.dialect.name)
     if params is not None:  # the database parses the cost JSON (0.5 s in Python for 10,000)
         madds = sql.json_number(a.c.value_json, "madds", conn.dialect.name)
@@ -273,7 +277,7 @@ def _wide_attrs(conn: Connection, mine: Any) -> pd.DataFrame:
         columns.append(sql.pivot(is_cost, a.c.value_json).label("cost"))
     names = [c.name for c in columns]
     df = sql.frame(conn, sa.select(a.c.trial_id, *columns).join(t, t.c.trial_id == a.c.trial_id)
-                .where(mine, a.c.key.in_([*_SCALAR_ATTRS, "nas.cost"]))
+                .where(mine, a.c.key.in_([*_SCALAR_ATTRS, TrialKey.COST]))
                 .group_by(a.c.trial_id), ["trial_id", *names])
     for name in _SCALAR_ATTRS.values():
         df[name] = sql.scalars(df[name])
@@ -407,12 +411,12 @@ def load_trial(engine: Engine, info: StudyInfo, number: int) -> dict[str, Any]:
         e["extra"] = sql.loads(e.get("extra")) or {}
     return {
         "number": number, "state": str(row.state).lower(),
-        "status": attrs.get("nas.status", str(row.state).lower()),
-        "reason": attrs.get("nas.reason"),
+        "status": attrs.get(TrialKey.STATUS, str(row.state).lower()),
+        "reason": attrs.get(TrialKey.REASON),
         "values": {name: values.get(i) for i, name in enumerate(info.objectives)},
         "params": param_values, "attrs": attrs,
-        "arch": attrs.get("nas.arch"), "cost": attrs.get("nas.cost"),
-        "train": attrs.get("nas.train"), "arch_id": attrs.get("nas.arch_id"),
+        "arch": attrs.get(TrialKey.ARCH), "cost": attrs.get(TrialKey.COST),
+        "train": attrs.get(TrialKey.TRAIN), "arch_id": attrs.get(TrialKey.ARCH_ID),
         "epochs": epochs, "intermediate": steps,
         "started": row.datetime_start, "completed": row.datetime_complete,
     }

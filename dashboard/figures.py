@@ -21,6 +21,7 @@ from plotly.subplots import make_subplots
 
 from dashboard.analysis import front_mask, knob_groups
 from dashboard.data import StudyData
+from studies.keys import Status
 
 __all__ = [
     "COLORS",
@@ -123,14 +124,14 @@ def hover_labels(data: StudyData) -> pd.Series:
     would be smaller, but plotly copies string arrays item by item, several times per figure,
     which for 10,000 points costs more than the bytes saved."""
     trials = data.trials
-    shown = trials[(trials.state == "complete") | (trials.status == "rejected")]
+    shown = trials[(trials.state == "complete") | (trials.status == Status.REJECTED)]
     return pd.Series(_hover(shown, data), index=shown.index, dtype=object)
 
 
 def _hover(df: pd.DataFrame, data: StudyData) -> list[str]:
     columns = [c for c in data.objectives if c in df] + list(data.knobs)
     names = [text(c) for c in columns]
-    status = [f"<b>trial {n}</b> {'not trained: ' if s == 'rejected' else ''}{text(s)}"
+    status = [f"<b>trial {n}</b> {'not trained: ' if s == Status.REJECTED else ''}{text(s)}"
               + (f"<br>{text(r[:120])}" if isinstance(r, str) and r else "")
               for n, s, r in zip(df.number, df.status, df.reason, strict=True)]
     cells = [_column_text(df[column], f"{name} = ")
@@ -186,7 +187,7 @@ def _points(df: pd.DataFrame, axes: Sequence[str], directions: Mapping[str, str]
 
 def _scatter_groups(data: StudyData, front: np.ndarray) -> list[tuple[str, pd.DataFrame, dict]]:
     complete = data.complete()
-    rejected = data.trials[data.trials.status == "rejected"]
+    rejected = data.trials[data.trials.status == Status.REJECTED]
     n_front = int(front.sum())
     return [
         (f"dominated ({len(complete) - n_front})", complete[~front],
@@ -211,7 +212,7 @@ def pareto_2d(data: StudyData, x: str, y: str, front: np.ndarray, *,
     at the worst value reached), and the constraint limits as dashed lines. ``labels``:
     :func:`hover_labels`, if already built."""
     complete = data.complete()
-    if complete.empty and not (data.trials.status == "rejected").any():
+    if complete.empty and not (data.trials.status == Status.REJECTED).any():
         return empty("No completed trials yet.")
     if x == y:  # one objective (or the same chosen twice): against the trial number
         x = "number"

@@ -18,6 +18,7 @@ from dash import dcc, html
 from dash.dash_table.DataTable import DataTable
 
 from dashboard.data import StudyData, StudyInfo
+from studies.keys import TrialKey
 
 __all__ = [
     "page_not_found",
@@ -284,11 +285,11 @@ def trial_body(name: str, trial: Mapping[str, Any], formats: Sequence[str],
     if trial.get("reason"):
         state.append(["reason", trial["reason"]])
     state += [[k, fmt(v)] for k, v in trial["values"].items()]
-    state += [["epochs reached", fmt(trial["attrs"].get("nas.epochs_reached"))],
+    state += [["epochs reached", fmt(trial["attrs"].get(TrialKey.EPOCHS_REACHED))],
               ["arch_id", trial.get("arch_id") or "-"], ["started", fmt(trial["started"])],
               ["completed", fmt(trial["completed"])]]
-    if trial["attrs"].get("nas.checkpoint"):  # the study kept weights (`checkpoints:`)
-        state.append(["checkpoint", str(trial["attrs"]["nas.checkpoint"])])
+    if trial["attrs"].get(TrialKey.CHECKPOINT):  # the study kept weights (`checkpoints:`)
+        state.append(["checkpoint", str(trial["attrs"][TrialKey.CHECKPOINT])])
     exports: list[Any] = [html.Span("Download the config as")]
     exports += [html.Button(f, id={"type": EXPORT, "format": f}, style=_BUTTON)
                 for f in formats]

@@ -13,6 +13,7 @@ import optuna
 from optuna.trial import TrialState
 
 from studies.engine import counted_trials, load_existing
+from studies.keys import StudyKey, TrialKey
 from studies.pareto import normalized_hypervolume
 from studies.storage import open_storage, session
 
@@ -20,7 +21,7 @@ __all__ = ["list_studies", "pareto_trials", "study_status"]
 
 
 def _objective_names(study: optuna.Study) -> list[str]:
-    names = study.user_attrs.get("nas.objectives")
+    names = study.user_attrs.get(StudyKey.OBJECTIVES)
     return list(names) if names else [f"objective_{i}" for i in range(len(study.directions))]
 
 
@@ -35,7 +36,7 @@ def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
     with session(run.storage.url):
         trials = study.get_trials(deepcopy=False)
     states = Counter(t.state.name.lower() for t in trials)
-    statuses = Counter(t.user_attrs.get("nas.status", t.state.name.lower()) for t in trials)
+    statuses = Counter(t.user_attrs.get(TrialKey.STATUS, t.state.name.lower()) for t in trials)
     names, directions = _objective_names(study), _directions(study)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     best: dict[str, float | None] = {}
@@ -63,7 +64,7 @@ def list_studies(storage_url: str | None = None) -> list[dict[str, Any]]:
         summaries = optuna.study.get_all_study_summaries(storage, include_best_trial=False)
     out = []
     for s in summaries:
-        spec = s.user_attrs.get("nas.spec", {})
+        spec = s.user_attrs.get(StudyKey.SPEC, {})
         out.append({"name": s.study_name, "task": (spec.get("task") or {}).get("name"),
                     "trials": s.n_trials,
                     "started": s.datetime_start.isoformat() if s.datetime_start else None})
@@ -78,7 +79,7 @@ def pareto_trials(name: str, storage_url: str | None = None) -> list[dict[str, A
         best = run.study.best_trials
     return [{"number": t.number,
              "values": dict(zip(names, t.values, strict=True)),
-             "arch_id": t.user_attrs.get("nas.arch_id"),
-             "arch": t.user_attrs.get("nas.arch"),
-             "status": t.user_attrs.get("nas.status")}
+             "arch_id": t.user_attrs.get(TrialKey.ARCH_ID),
+             "arch": t.user_attrs.get(TrialKey.ARCH),
+             "status": t.user_attrs.get(TrialKey.STATUS)}
             for t in sorted(best, key=lambda t: t.number)]

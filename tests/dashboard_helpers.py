@@ -22,6 +22,7 @@ from nas.config import ArchConfig
 from nas.cost import estimate_cost
 from search_spaces import SearchSpace
 from studies import StudySpec, create_study
+from studies.keys import Status, TrialKey
 from studies.storage import open_storage, write_epoch
 
 # The engine tests' vit space on 32x32 digits (2 x 2 x 2 knob values, 6 distinct
@@ -36,17 +37,22 @@ OBJECTIVES = [{"name": "accuracy", "direction": "maximize"},
 
 # (knobs, outcome, accuracy): the plan of the engine-shaped study, trial by trial.
 PLAN: list[tuple[dict[str, Any], str, float]] = [
-    ({"groups": 1, "attention_sharing": "none", "lr": 2e-3}, "rejected", 0.0),  # the largest
-    ({"groups": 1, "attention_sharing": "kv", "lr": 2e-3}, "completed", 0.82),
-    ({"groups": 2, "group_ffn": True, "attention_sharing": "none", "lr": 3e-3}, "completed",
+    ({"groups": 1, "attention_sharing": "none", "lr": 2e-3}, Status.REJECTED, 0.0),  # largest
+    ({"groups": 1, "attention_sharing": "kv", "lr": 2e-3}, Status.COMPLETED, 0.82),
+    ({"groups": 2, "group_ffn": True, "attention_sharing": "none", "lr": 3e-3}, Status.COMPLETED,
      0.71),
-    ({"groups": 2, "group_ffn": True, "attention_sharing": "kv", "lr": 4e-3}, "completed", 0.64),
-    ({"groups": 2, "group_ffn": False, "attention_sharing": "kv", "lr": 1.5e-3}, "completed",
+    ({"groups": 2, "group_ffn": True, "attention_sharing": "kv", "lr": 4e-3}, Status.COMPLETED,
+     0.64),
+    ({"groups": 2, "group_ffn": False, "attention_sharing": "kv", "lr": 1.5e-3}, Status.COMPLETED,
      0.78),
-    ({"groups": 2, "group_ffn": False, "attention_sharing": "kv", "lr": 1e-3}, "stopped", 0.55),
-    ({"groups": 2, "group_ffn": True, "attention_sharing": "kv", "lr": 2e-3}, "completed", 0.69),
-    ({"groups": 2, "group_ffn": True, "attention_sharing": "none", "lr": 5e-3}, "failed", 0.0),
-    ({"groups": 1, "attention_sharing": "kv", "lr": 1e-3}, "completed", 0.60),
+    ({"groups": 2, "group_ffn": False, "attention_sharing": "kv", "lr": 1e-3}, Status.STOPPED,
+     0.55),
+    ({"groups": 2, "group_ffn": True, "attention_sharing": "kv", "lr": 2e-3}, Status.COMPLETED,
+     0.69),
+    ({"groups": 2, "group_ffn": True, "attention_sharing": "none", "lr": 5e-3}, Status.FAILED,
+     0.0),
+    ({"groups": 1, "attention_sharing": "kv", "lr": 1e-3}, Status.COMPLETED, 0.60),
+    # not a status: the trial is left RUNNING
     ({"groups": 2, "group_ffn": True, "attention_sharing": "none", "lr": 2e-3}, "running", 0.5),
 ]
 EPOCHS = 3
@@ -98,20 +104,21 @@ def write_engine_study(url: str, name: str = "dash-study") -> EngineStudy:
         config, overrides = run.space.suggest(trial)
         cost = cost_of(config)
         attrs: dict[str, Any] = {
-            "nas.arch": config.to_dict(), "nas.arch_id": config.arch_id,
-            "nas.cost": _cost_dict(cost),
-            "nas.train": {"epochs": EPOCHS, "seed": 0, **overrides}}
-        if outcome == "rejected":
+            TrialKey.ARCH: config.to_dict(), TrialKey.ARCH_ID: config.arch_id,
+            TrialKey.COST: _cost_dict(cost),
+            TrialKey.TRAIN: {"epochs": EPOCHS, "seed": 0, **overrides}}
+        if outcome == Status.REJECTED:
             assert cost.params > spec.constraints["params_max"]
-            attrs.update({"nas.status": "rejected", "nas.reason":
+            attrs.update({TrialKey.STATUS: Status.REJECTED, TrialKey.REASON:
                           f"params {cost.params:,} breaks params_max="
                           f"{spec.constraints['params_max']:,.0f}"})
             _tell(run.study, trial, TrialState.FAIL, None, attrs)
             continue
         assert cost.params <= spec.constraints["params_max"]
-        epochs = {"completed": EPOCHS, "stopped": 1, "failed": 1, "running": 2}[outcome]
+        epochs = {Status.COMPLETED: EPOCHS, Status.STOPPED: 1, Status.FAILED: 1,
+                  "running": 2}[outcome]
         for epoch in range(1, epochs + 1):
-            value = None if outcome == "failed" else accuracy * (0.8 + 0.2 * epoch / EPOCHS)
+            value = None if outcome == Status.FAILED else accuracy * (0.8 + 0.2 * epoch / EPOCHS)
             write_epoch(storage, name, number, {
                 "epoch": epoch, "train_loss": 2.0 / epoch, "metric": "accuracy", "value": value,
                 "seconds": 0.5, "extra": {"lr": overrides["lr"]}})
@@ -121,15 +128,16 @@ def write_engine_study(url: str, name: str = "dash-study") -> EngineStudy:
             for key, value in attrs.items():
                 storage.set_trial_user_attr(trial._trial_id, key, value)
             continue
-        attrs.update({"nas.status": outcome, "nas.epochs_reached": epochs, "nas.seconds": 1.5,
-                      "nas.node": "node-0", "nas.samples_per_second": 1000.0})
-        if outcome == "completed":
+        attrs.update({TrialKey.STATUS: outcome, TrialKey.EPOCHS_REACHED: epochs,
+                      TrialKey.SECONDS: 1.5, TrialKey.NODE: "node-0",
+                      TrialKey.SAMPLES_PER_SECOND: 1000.0})
+        if outcome == Status.COMPLETED:
             _tell(run.study, trial, TrialState.COMPLETE,
                   [accuracy, float(cost.params), float(cost.madds)], attrs)
-        elif outcome == "stopped":
+        elif outcome == Status.STOPPED:
             _tell(run.study, trial, TrialState.PRUNED, None, attrs)
         else:
-            attrs["nas.reason"] = "loss became nan at epoch 1, step 3"
+            attrs[TrialKey.REASON] = "loss became nan at epoch 1, step 3"
             _tell(run.study, trial, TrialState.FAIL, None, attrs)
     storage.engine.dispose()
     run.storage.engine.dispose()
@@ -155,19 +163,19 @@ def make_evaluator(fail_arch: dict[str, Any]) -> Callable[..., dict[str, Any]]:
         import json
 
         if all(arch.get(k) == v for k, v in fail_arch.items()):
-            return {"status": "failed", "reason": "loss became nan at epoch 1, step 2",
+            return {"status": Status.FAILED, "reason": "loss became nan at epoch 1, step 2",
                     "value": 0.0, "epochs": [], "seconds": 0.0, "metric": "accuracy"}
         digest = hashlib.sha1(json.dumps(arch, sort_keys=True).encode()).digest()
         final = 0.5 + 0.4 * digest[0] / 256
         epochs: list[dict[str, Any]] = []
-        status = "completed"
+        status = Status.COMPLETED
         for epoch in range(1, int(settings["epochs"]) + 1):
             row = {"epoch": epoch, "train_loss": 2.0 / epoch, "metric": "accuracy",
                    "value": final * (0.7 + 0.3 * epoch / settings["epochs"]),
                    "lr": settings.get("lr", 1e-3), "seconds": 0.01, "extra": {}}
             epochs.append(row)
             if report is not None and report(row):
-                status = "stopped"
+                status = Status.STOPPED
                 break
         return {"status": status, "value": epochs[-1]["value"], "epochs": epochs,
                 "seconds": 0.01 * len(epochs), "samples_per_second": 1000.0,

@@ -33,7 +33,6 @@ from dashboard_helpers import PLAN, EngineStudy, write_engine_study
 from optuna.trial import TrialState
 from postgres_fixture import postgres_url
 
-import dashboard.exports
 import studies.export
 import studies.export._record as export_record
 from dashboard import create_app
@@ -75,6 +74,7 @@ from dashboard.testing import callback_body, first_render, post_callback
 from nas.config import ArchConfig
 from nas.errors import NasError
 from nas_cli.dashboard_cmd import register
+from studies.keys import Status, StudyKey, TrialKey
 from studies.pareto import hypervolume_history as pareto_history
 from studies.pareto import nondominated_mask, normalized_hypervolume, pareto_sweep, to_minimization
 from studies.report import study_status
@@ -93,14 +93,14 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> EngineStudy:
     storage = optuna.storages.RDBStorage(made.url)
     other = optuna.create_study(storage=storage, study_name=EVIL,
                                 directions=["maximize", "minimize"])
-    other.set_user_attr("nas.objectives", ["accuracy", "params"])
+    other.set_user_attr(StudyKey.OBJECTIVES, ["accuracy", "params"])
     for i in range(4):
         other.add_trial(optuna.trial.create_trial(
             params={"groups": [1, 2][i % 2], "note": ["<b>x</b>", "y"][i % 2]},
             distributions={"groups": optuna.distributions.CategoricalDistribution([1, 2]),
                            "note": optuna.distributions.CategoricalDistribution(
                                ["<b>x</b>", "y"])},
-            values=[0.5 + 0.1 * i, 20000.0 - 1000 * i * i], user_attrs={"nas.status": EVIL}))
+            values=[0.5 + 0.1 * i, 20000.0 - 1000 * i * i], user_attrs={TrialKey.STATUS: EVIL}))
     storage.engine.dispose()
     return made
 
@@ -317,7 +317,7 @@ def test_importance_finds_the_knob_that_matters() -> None:
     rng = np.random.default_rng(0)
     n = 300
     trials = pd.DataFrame({
-        "number": range(n), "state": "complete", "status": "completed",
+        "number": range(n), "state": "complete", "status": Status.COMPLETED,
         "a": rng.choice([1, 2, 4], n).astype(object), "b": rng.choice([True, False], n),
         "c": rng.random(n).astype(object)})
     trials["loss"] = trials.a.astype(float) * 3 + rng.normal(0, 0.5, n)
@@ -479,8 +479,8 @@ def test_pages_of_a_hostile_name(app: Any) -> None:
 
 @pytest.fixture
 def _no_git(monkeypatch: pytest.MonkeyPatch) -> None:
-    for module in (export_record, dashboard.exports):
-        monkeypatch.setattr(module, "git_commit", lambda root=None: None)
+    # Both paths build their records with studies.export's build_record, which reads it there.
+    monkeypatch.setattr(export_record, "git_commit", lambda root=None: None)
 
 
 def test_export_records_equal_studies_export(study: EngineStudy, engine: sa.Engine,
@@ -514,7 +514,7 @@ def test_trial_page_and_exports(app: Any, study: EngineStudy, _no_git: None) -> 
             assert ArchConfig.from_dict(doc["arch"]).arch_id == doc["provenance"]["arch_id"]
     csv = post_callback(client, callback_body(app, "csv-download.data", {
         "csv-button.n_clicks": 1, "study.data": {"name": study.name},
-        "trial-table.filter_query": "{status} = completed", "trial-table.sort_by": []}))
+        "trial-table.filter_query": f"{{status}} = {Status.COMPLETED}", "trial-table.sort_by": []}))
     content = csv.response["response"]["csv-download"]["data"]["content"]
     assert content.count("\n") == 1 + 6
     pareto = post_callback(client, callback_body(app, "..pareto-download", {
@@ -526,8 +526,8 @@ def test_trial_page_and_exports(app: Any, study: EngineStudy, _no_git: None) -> 
 
 
 def test_trial_body_shows_a_kept_checkpoint() -> None:
-    trial = {"number": 3, "state": "complete", "status": "completed", "reason": None,
-             "values": {"accuracy": 0.5}, "attrs": {"nas.epochs_reached": 2}, "arch": None,
+    trial = {"number": 3, "state": "complete", "status": Status.COMPLETED, "reason": None,
+             "values": {"accuracy": 0.5}, "attrs": {TrialKey.EPOCHS_REACHED: 2}, "arch": None,
              "cost": None, "train": None, "arch_id": "abc", "started": None, "completed": None}
 
     def state_rows(trial: dict[str, Any]) -> dict[str, Any]:
@@ -537,7 +537,7 @@ def test_trial_body_shows_a_kept_checkpoint() -> None:
         return {row.children[0].children: row.children[1].children for row in rows}
 
     assert "checkpoint" not in state_rows(trial)
-    kept = {**trial, "attrs": {**trial["attrs"], "nas.checkpoint": "/w/s/trial-3/abc.pt"}}
+    kept = {**trial, "attrs": {**trial["attrs"], TrialKey.CHECKPOINT: "/w/s/trial-3/abc.pt"}}
     assert state_rows(kept)["checkpoint"] == "/w/s/trial-3/abc.pt"
 
 
@@ -553,7 +553,7 @@ def test_live_refresh_sees_new_trials(app: Any, study: EngineStudy) -> None:
     writer.add_trial(optuna.trial.create_trial(
         params={"groups": 1, "attention_sharing": "kv", "lr": 0.002},
         distributions=writer.trials[1].distributions, values=[0.9, 18026.0, 313792.0],
-        user_attrs={"nas.status": "completed"}))
+        user_attrs={TrialKey.STATUS: Status.COMPLETED}))
     changed = post_callback(client, callback_body(app, "study.data", {
         "study-tick.n_intervals": 2, "study.data": data}))
     assert changed.status == 200

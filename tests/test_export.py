@@ -41,6 +41,7 @@ from nas_cli.export_cmd import FORMAT_NAMES, register
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study, pareto_trials
 from studies.export import FORMATS, export_trials, formats_for, git_commit, trial_record
+from studies.keys import Status, StudyKey, TrialKey
 from trainers import get_task
 from trainers.loop import TrainConfig, TrainResult, save_checkpoint
 
@@ -92,12 +93,12 @@ def _write_trials(spec: StudySpec, url: str, geometry: TaskGeometry, n: int,
         if config.arch_id not in costs:
             costs[config.arch_id] = estimate_cost(config, geometry)
         cost = costs[config.arch_id]
-        attrs = {"nas.arch": config.to_dict(), "nas.arch_id": config.arch_id,
-                 "nas.cost": {"params": cost.params, "params_matrix": cost.params_matrix,
-                              "madds": cost.madds,
-                              "parts": {k: vars(v) for k, v in cost.parts.items()}},
-                 "nas.train": {**spec.train, "epochs": spec.fidelity.epochs, "seed": spec.seed,
-                               **overrides}}
+        attrs = {TrialKey.ARCH: config.to_dict(), TrialKey.ARCH_ID: config.arch_id,
+                 TrialKey.COST: {"params": cost.params, "params_matrix": cost.params_matrix,
+                                 "madds": cost.madds,
+                                 "parts": {k: vars(v) for k, v in cost.parts.items()}},
+                 TrialKey.TRAIN: {**spec.train, "epochs": spec.fidelity.epochs,
+                                  "seed": spec.seed, **overrides}}
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         if i < n and checkpoint_dir is not None:
@@ -106,18 +107,18 @@ def _write_trials(spec: StudySpec, url: str, geometry: TaskGeometry, n: int,
                                  cost.params, cost.madds)
             path = save_checkpoint(create_model(config, geometry), config, TrainConfig(), data,
                                    None, result, checkpoint_dir)
-            trial.set_user_attr("nas.checkpoint", str(path))
+            trial.set_user_attr(TrialKey.CHECKPOINT, str(path))
         if i < n:
-            trial.set_user_attr("nas.status", "completed")
-            trial.set_user_attr("nas.epochs_reached", spec.fidelity.epochs)
+            trial.set_user_attr(TrialKey.STATUS, Status.COMPLETED)
+            trial.set_user_attr(TrialKey.EPOCHS_REACHED, spec.fidelity.epochs)
             values = {"accuracy": rng.random(), "params": float(cost.params)}
             run.study.tell(trial, [values[o] for o in spec.objective_names])
         elif i == n:
-            trial.set_user_attr("nas.status", "stopped")
+            trial.set_user_attr(TrialKey.STATUS, Status.STOPPED)
             run.study.tell(trial, state=TrialState.PRUNED)
         else:
-            trial.set_user_attr("nas.status", "rejected")
-            trial.set_user_attr("nas.reason", "params breaks params_max")
+            trial.set_user_attr(TrialKey.STATUS, Status.REJECTED)
+            trial.set_user_attr(TrialKey.REASON, "params breaks params_max")
             run.study.tell(trial, state=TrialState.FAIL)
 
 
@@ -176,7 +177,7 @@ def test_every_format_is_written_and_loads_back(db, tmp_path, monkeypatch, capsy
                                                 fmt) -> None:
     number = _best(db, study)
     trial = _trial(db, study, number)
-    arch = ArchConfig.from_dict(trial.user_attrs["nas.arch"])
+    arch = ArchConfig.from_dict(trial.user_attrs[TrialKey.ARCH])
     geometry = db.geometries[study]
     _export(db, tmp_path, study, "--trial", str(number), "--format", fmt)
     path = tmp_path / FORMATS[fmt].path(number)
@@ -245,7 +246,7 @@ def test_nas_cost_on_an_exported_file_reports_the_trial(db, tmp_path, capsys) ->
         assert nas_main(["cost", str(path), "--task", "vqa2", "--json"]) == 0
         cost = json.loads(capsys.readouterr().out)
         assert cost["arch_id"] == trial.user_attrs["nas.arch_id"]
-        stored = trial.user_attrs["nas.cost"]
+        stored = trial.user_attrs[TrialKey.COST]
         assert {k: cost[k] for k in stored} == stored
 
 
@@ -269,7 +270,7 @@ def test_pareto_writes_one_file_per_trial_and_an_index(db, tmp_path, capsys) -> 
 
 def test_an_exported_config_seeds_a_new_study(db, tmp_path) -> None:
     number = _best(db, "ort-captions")
-    arch_id = _trial(db, "ort-captions", number).user_attrs["nas.arch_id"]
+    arch_id = _trial(db, "ort-captions", number).user_attrs[TrialKey.ARCH_ID]
     export_trials("ort-captions", fmt="yaml", out=tmp_path, trial=number, storage_url=db.url)
     spec = StudySpec.from_dict({"name": "seeded", "objectives": OBJECTIVES, "seed": 1,
                                 "budget": {"trials": 2}, **STUDIES["ort-captions"],
@@ -302,13 +303,13 @@ TINY_VQA = TaskGeometry("tiny-vqa", "vqa", 10, question_tokens=4, question_vocab
 
 
 def _tiny_study(name: str, url: str, n: int, checkpoint_dir: Path | None = None) -> None:
-    """A study on a tiny VQA geometry, stored with the study as ``nas.geometry``."""
+    """A study on a tiny VQA geometry, stored with the study as ``StudyKey.GEOMETRY``."""
     spec = dataclasses.replace(StudySpec.from_dict({
         "name": "x", "task": "vqa-files", "objectives": OBJECTIVES, "budget": {"trials": n},
         "space": STUDIES["mcan-vqa"]["space"]}), name=name)  # names from_dict would refuse
     _write_trials(spec, url, TINY_VQA, n=n, checkpoint_dir=checkpoint_dir)
     study = optuna.load_study(study_name=name, storage=url)
-    study.set_user_attr("nas.geometry", dataclasses.asdict(TINY_VQA))
+    study.set_user_attr(StudyKey.GEOMETRY, dataclasses.asdict(TINY_VQA))
 
 
 WEIRD = ".. $(touch PWNED) `touch PWNED` 'q\" ; touch PWNED #"
@@ -402,7 +403,7 @@ def test_torch_file_loads_the_trials_checkpoint(tmp_path) -> None:
     export_trials("with-checkpoint", fmt="torch", out=tmp_path, trial=0, storage_url=url)
     namespace = runpy.run_path(str(tmp_path / "trial-0.py"))
     path = optuna.load_study(study_name="with-checkpoint", storage=url).trials[0].user_attrs[
-        "nas.checkpoint"]
+        TrialKey.CHECKPOINT]
     assert namespace["CHECKPOINT"] == path
     saved = torch.load(path, weights_only=True)["state_dict"]
     built = namespace["build"]().state_dict()
@@ -427,7 +428,7 @@ def test_torch_script_runs_alone_and_import_nas_leaves_timm_alone(db, tmp_path) 
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / f"trial-{number}.py")],
                           capture_output=True, text=True, check=False, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    params = _trial(db, "mcan-vqa", number).user_attrs["nas.cost"]["params"]
+    params = _trial(db, "mcan-vqa", number).user_attrs[TrialKey.COST]["params"]
     assert f"{params:,} parameters" in done.stdout
 
 

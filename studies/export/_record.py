@@ -1,7 +1,9 @@
 """One trial read back from the database, with everything an export writes about it.
 
 The record is read through the engine's ``load_existing`` (the stored study file and space) and
-Optuna's trials; the Pareto front is ``studies.report.pareto_trials``. Nothing here writes.
+Optuna's trials; the Pareto front is ``studies.report.pareto_trials``. ``build_record`` is the one
+place a record is made from a trial's stored attributes: the dashboard, which reads trials with
+its own SQL, calls it too. Nothing here writes.
 """
 
 from __future__ import annotations
@@ -10,21 +12,31 @@ import functools
 import json
 import re
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 import nas
 from nas.config import ArchConfig
 from nas.errors import NasError
 from nas.tasks import GEOMETRIES, TaskGeometry
 from studies.engine import StudyRun, load_existing
+from studies.keys import StudyKey, TrialKey
 from studies.report import pareto_trials
+from studies.spec import StudySpec
 from studies.storage import session
 
-__all__ = ["TrialRecord", "git_commit", "pareto_records", "trial_record"]
+__all__ = [
+    "TrialRecord",
+    "build_record",
+    "git_commit",
+    "known_geometry",
+    "pareto_records",
+    "trial_record",
+]
 
 _GEOMETRY_KEYS = {f.name for f in fields(TaskGeometry)}
 
@@ -106,38 +118,72 @@ def _built_geometry(task: str, options: str) -> TaskGeometry | None:
         return None  # e.g. a dataset that lives on another machine
 
 
-def _geometry(run: StudyRun) -> TaskGeometry | None:
-    """The geometry the study's costs were computed on: stored with the study (``nas.geometry``),
-    a cost geometry named by the task, or the trainable task's own."""
-    stored = run.study.user_attrs.get("nas.geometry")
+def known_geometry(spec: StudySpec, study_attrs: Mapping[str, Any]) -> TaskGeometry | None:
+    """The geometry the study's costs were computed on, when known without building its task:
+    stored with the study (``StudyKey.GEOMETRY``, as the engine does) or a cost geometry named
+    by the task; else ``None``."""
+    stored = study_attrs.get(StudyKey.GEOMETRY)
     if isinstance(stored, dict) and set(stored) <= _GEOMETRY_KEYS:
         return TaskGeometry(**stored)
-    spec = run.spec
     if spec.task in GEOMETRIES and not spec.task_options:
         return GEOMETRIES[spec.task]
+    return None
+
+
+def _geometry(run: StudyRun) -> TaskGeometry | None:
+    """``known_geometry``, else the trainable task's own (by building it)."""
+    spec = run.spec
+    known = known_geometry(spec, run.study.user_attrs)
+    if known is not None:
+        return known
     return _built_geometry(spec.task, json.dumps(spec.task_options, sort_keys=True, default=str))
 
 
-def _record(run: StudyRun, trial: FrozenTrial, geometry: TaskGeometry | None) -> TrialRecord:
-    spec, attrs = run.spec, trial.user_attrs
-    if "nas.arch" not in attrs:
-        raise NasError(f"Trial {trial.number} of study {spec.name!r} has no architecture yet "
-                       f"(state {trial.state.name.lower()}); export a trial that was sampled.")
-    complete = trial.state == TrialState.COMPLETE and trial.values is not None
+def build_record(
+    spec: StudySpec,
+    study_attrs: Mapping[str, Any],
+    *,
+    number: int,
+    state: str,
+    attrs: Mapping[str, Any],
+    values: Sequence[float | None] | None,
+    geometry: TaskGeometry | None,
+) -> TrialRecord:
+    """The record of trial ``number`` of the study ``spec`` describes, from what the database
+    holds, however it was read (Optuna's trials here, the dashboard's SQL in
+    ``dashboard.exports``).
+
+    ``study_attrs`` and ``attrs`` are the study's and the trial's user attributes; ``state`` is
+    the trial's Optuna state in lower case; ``values`` its objective values in the order of
+    ``spec.objective_names`` (kept only when the trial is complete and has them all);
+    ``geometry`` as ``known_geometry`` or the task gives it. ``NasError`` when the trial has no
+    architecture yet.
+    """
+    if TrialKey.ARCH not in attrs:
+        raise NasError(f"Trial {number} of study {spec.name!r} has no architecture yet "
+                       f"(state {state}); export a trial that was sampled.")
+    known = [v for v in values or () if v is not None]
+    complete = state == "complete" and values is not None and len(known) == len(values)
     return TrialRecord(
-        study=spec.name, number=trial.number, state=trial.state.name.lower(),
-        status=attrs.get("nas.status"),
-        objectives=(dict(zip(spec.objective_names, trial.values, strict=True))
-                    if complete else None),
+        study=spec.name, number=number, state=state,
+        status=attrs.get(TrialKey.STATUS),
+        objectives=dict(zip(spec.objective_names, known, strict=True)) if complete else None,
         directions={o.name: o.direction for o in spec.objectives},
-        arch=ArchConfig.from_dict(attrs["nas.arch"]), cost=attrs.get("nas.cost"),
-        train=dict(attrs.get("nas.train") or {}), task=spec.task,
+        arch=ArchConfig.from_dict(attrs[TrialKey.ARCH]), cost=attrs.get(TrialKey.COST),
+        train=dict(attrs.get(TrialKey.TRAIN) or {}), task=spec.task,
         task_options=dict(spec.task_options), geometry=geometry,
-        space_hash=run.study.user_attrs.get("nas.space_hash"),
+        space_hash=study_attrs.get(StudyKey.SPACE_HASH),
         seed=spec.seed, fidelity=asdict(spec.fidelity),
-        epochs_reached=attrs.get("nas.epochs_reached"), checkpoint=attrs.get("nas.checkpoint"),
+        epochs_reached=attrs.get(TrialKey.EPOCHS_REACHED),
+        checkpoint=attrs.get(TrialKey.CHECKPOINT),
         version=nas.__version__, git_commit=git_commit(),
     )
+
+
+def _record(run: StudyRun, trial: FrozenTrial, geometry: TaskGeometry | None) -> TrialRecord:
+    return build_record(run.spec, run.study.user_attrs, number=trial.number,
+                        state=trial.state.name.lower(), attrs=trial.user_attrs,
+                        values=trial.values, geometry=geometry)
 
 
 def _trials(run: StudyRun) -> list[FrozenTrial]:
