@@ -162,17 +162,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from studies import counted_trials, load_existing, run_study
+    from studies import load_existing, run_study
+    from studies.cluster import check_ray_address
 
-    run = load_existing(args.name, args.storage)  # writes nothing; run_study checks --address
-    counted = counted_trials(run.study.get_trials(deepcopy=False))
-    if counted >= run.spec.budget.trials:
-        print(f"study {args.name!r}: the budget is spent ({counted} of "
-              f"{run.spec.budget.trials} trials); nothing to run.", file=sys.stderr)
-    else:
-        print(f"study {args.name!r}: resuming at {counted} of {run.spec.budget.trials} trials, "
-              f"storage {run.storage.url}", file=sys.stderr)
-    run_study(run, address=args.address, verbose=args.verbose)
+    run = load_existing(args.name, args.storage)  # writes nothing
+    check_ray_address(args.address)
+    budget = run.spec.budget.trials
+
+    def announce(counted: int) -> None:
+        if counted >= budget:
+            print(f"study {args.name!r}: the budget is spent ({counted} of {budget} trials); "
+                  "nothing to run.", file=sys.stderr)
+        else:
+            print(f"study {args.name!r}: resuming at {counted} of {budget} trials, storage "
+                  f"{run.storage.url}", file=sys.stderr)
+
+    run_study(run, address=args.address, verbose=args.verbose, on_start=announce)
     _after_run(args.name, args.storage)
     return 0
 
@@ -196,6 +201,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
     print(f"study {status['name']!r} on {status['task']!r}: {status['counted']}/"
           f"{status['budget']} trials counted, hypervolume {status['hypervolume']:.4f}")
     print("  by status: " + ", ".join(f"{k} {v}" for k, v in sorted(status["statuses"].items())))
+    if status["owner"]:
+        print(f"  running: pid {status['owner']['pid']} on {status['owner']['host']}")
+    if status["tune_dir"]:
+        print(f"  Ray Tune folder of the latest run: {status['tune_dir']}")
     for o in status["objectives"]:
         print(f"  best {o['name']} ({o['direction']}): {status['best'][o['name']]}")
     return 0

@@ -40,9 +40,9 @@ def check_ray_address(address: str | None, timeout: float = 5.0) -> None:
 def _init(address: str | None) -> None:
     import ray
 
+    check_ray_address(address)
     if ray.is_initialized():
         return
-    check_ray_address(address)
     try:
         if address:
             ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)

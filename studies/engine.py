@@ -28,7 +28,7 @@ import os
 import re
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -298,18 +298,22 @@ def _safe(name: str) -> str:
 
 def tune_storage_path(spec: StudySpec) -> Path:
     """Where this run's Tune experiment folder goes: ``tune.storage_path``, else
-    ``nas_runs/<study>`` under the current folder."""
+    ``<$NAS_RUNS or nas_runs>/<study>`` under the current folder."""
     if spec.tune.storage_path:
         return Path(spec.tune.storage_path)
-    return Path("nas_runs").absolute() / _safe(spec.name)
+    return Path(os.environ.get("NAS_RUNS") or "nas_runs").absolute() / _safe(spec.name)
 
 
 @contextlib.contextmanager
-def _tune_environment() -> Iterator[None]:
-    """Tune's own loggers only as the study file names them; no Tune output on the console."""
+def _tune_environment(verbose: bool) -> Iterator[None]:
+    """Tune's own loggers only as the study file names them; no Tune output on the console
+    unless ``verbose`` (Tune's newer console output prints its configuration table at any
+    verbosity, the classic one is silent at verbosity 0)."""
     saved = {k: os.environ.get(k) for k in ("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS",
                                             "RAY_AIR_NEW_OUTPUT")}
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+    if not verbose:
+        os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
     try:
         yield
     finally:
@@ -360,7 +364,7 @@ def _fit(run: StudyRun, evaluator: Evaluator | None, pool: int, deadline: float,
             callbacks=[StudyCallback(searcher), *tune_callbacks(spec)]),
     )
     try:
-        with _tune_environment():
+        with _tune_environment(verbose):
             tuner.fit()
     finally:
         searcher.close()
@@ -375,6 +379,7 @@ def run_study(
     evaluator: Evaluator | None = None,
     geometry: TaskGeometry | None = None,
     verbose: bool = False,
+    on_start: Callable[[int], None] | None = None,
 ) -> StudyRun:
     """Run ``run`` until its trial budget is spent or its timeout passes.
 
@@ -383,7 +388,8 @@ def run_study(
     the training function on the workers (tests, benchmarks; a study file's ``evaluator`` key
     does the same from the database); ``geometry`` is then the task geometry used for costs
     (otherwise the one stored with the study, else the task is built). A finished study returns
-    at once, without starting Ray. ``verbose`` shows Tune's own progress table.
+    at once, without starting Ray. ``verbose`` shows Tune's own progress table; ``on_start``
+    is called with the number of counted trials once the study is this process's.
 
     Raises:
         StudyOwned: another live process runs the study.
@@ -400,6 +406,8 @@ def run_study(
         close_interrupted(run)
         with session(run.storage.url):
             counted = counted_trials(run.study.get_trials(deepcopy=False))
+        if on_start is not None:
+            on_start(counted)
         if counted >= spec.budget.trials:
             return run  # a finished study: nothing to start Ray for
         if evaluator is None and spec.evaluator:

@@ -12,8 +12,9 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from studies.engine import counted_trials, load_existing
+from studies.engine import LEASE_STALE_AFTER, counted_trials, load_existing
 from studies.keys import StudyKey, TrialKey
+from studies.lease import is_stale, read_owner
 from studies.pareto import normalized_hypervolume
 from studies.storage import open_storage, session
 
@@ -30,11 +31,15 @@ def _directions(study: optuna.Study) -> list[str]:
 
 
 def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
-    """Trial counts by state, best value of each objective, hypervolume, budget."""
+    """Trial counts by state, best value of each objective, hypervolume, budget, the process
+    running it (``owner``, None when none is alive) and Ray Tune's folder of its latest run."""
     run = load_existing(name, storage_url)
     study = run.study
     with session(run.storage.url):
         trials = study.get_trials(deepcopy=False)
+    owner = read_owner(run.storage.engine, name)
+    if owner is not None and is_stale(owner, stale_after=LEASE_STALE_AFTER):
+        owner = None
     states = Counter(t.state.name.lower() for t in trials)
     statuses = Counter(t.user_attrs.get(TrialKey.STATUS, t.state.name.lower()) for t in trials)
     names, directions = _objective_names(study), _directions(study)
@@ -54,6 +59,8 @@ def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
         "best": best,
         "hypervolume": normalized_hypervolume([t.values for t in complete], directions),
         "last_activity": last.isoformat() if last else None,
+        "owner": owner.to_dict() if owner is not None else None,
+        "tune_dir": study.user_attrs.get(StudyKey.TUNE_DIR),
     }
 
 

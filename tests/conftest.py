@@ -17,3 +17,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _tune_folders(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Ray Tune's experiment folders of the tests' studies go to a temporary folder, not to
+    ``nas_runs/`` in the checkout."""
+    os.environ["NAS_RUNS"] = str(tmp_path_factory.mktemp("nas_runs"))

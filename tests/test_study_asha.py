@@ -1,38 +1,47 @@
-"""Early-stopping decisions and the progress hypervolume, as plain functions (no Ray)."""
+"""Early-stopping decisions (the Tune scheduler, called directly) and the progress hypervolume."""
 
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
+from ray.tune.schedulers import TrialScheduler
 
-from studies.asha import Rungs
+from studies.asha import MultiObjectiveASHA, Rungs
 from studies.pareto import hypervolume_history, normalized_hypervolume
-from studies.worker import Coordinator
+
+CONTINUE, STOP = TrialScheduler.CONTINUE, TrialScheduler.STOP
 
 
-def _epoch(epoch: int, value: float) -> dict[str, float]:
-    return {"epoch": epoch, "value": value}
+class _Trial:
+    """What the scheduler reads of a Tune trial: its id and its config."""
+
+    def __init__(self, number: int, cost: float) -> None:
+        self.trial_id = f"t{number}"
+        self.config = {"number": number, "cost_vector": [cost]}
 
 
-def test_the_coordinator_decides_with_the_cost_vector_each_report_carries() -> None:
-    """Each report carries its trial's cost objectives: no registration that could arrive after
-    the first report (Ray orders calls per caller only)."""
+def _epoch(epoch: int, value: float | None) -> dict[str, Any]:
+    return {"kind": "epoch", "epoch": epoch, "value": value}
+
+
+def test_the_scheduler_stops_dominated_trials_at_a_rung() -> None:
+    """Each trial's cost objectives come from its config, so a decision needs no registration
+    that could arrive after the first report."""
     rungs = Rungs(grace=1, eta=2, max_epochs=4, directions=["maximize", "minimize"])
-    coordinator = Coordinator(rungs)
-    assert not coordinator.report(0, _epoch(1, 0.8), [100.0])
-    assert not coordinator.report(1, _epoch(1, 0.9), [50.0])  # dominates trial 0
-    assert coordinator.report(2, _epoch(1, 0.7), [200.0])  # dominated by both: stops
-    assert not coordinator.report(3, _epoch(1, 0.5), [10.0])  # the smallest: non-dominated
-    assert not coordinator.report(1, _epoch(3, 0.95), [50.0])  # no rung at epoch 3
-    assert [n for n, _ in coordinator.drain()] == [0, 1, 2, 3, 1]
-    assert coordinator.drain() == []
-
-
-def test_without_rungs_nothing_stops() -> None:
-    coordinator = Coordinator(None)
-    assert not any(coordinator.report(n, _epoch(1, 0.1 * n), [1.0]) for n in range(5))
-    assert len(coordinator.drain()) == 5
+    scheduler = MultiObjectiveASHA(rungs)
+    t0, t1, t2, t3 = _Trial(0, 100.0), _Trial(1, 50.0), _Trial(2, 200.0), _Trial(3, 10.0)
+    assert scheduler.on_trial_result(None, t0, _epoch(1, 0.8)) == CONTINUE
+    assert scheduler.on_trial_result(None, t1, _epoch(1, 0.9)) == CONTINUE  # dominates t0
+    assert scheduler.on_trial_result(None, t2, _epoch(1, 0.7)) == STOP  # dominated by both
+    assert scheduler.on_trial_result(None, t3, _epoch(1, 0.5)) == CONTINUE  # the smallest
+    assert scheduler.on_trial_result(None, t1, _epoch(3, 0.95)) == CONTINUE  # no rung at 3
+    assert scheduler.stopped == {"t2"}
+    # The final report of a trial and a report without a value decide nothing.
+    assert scheduler.on_trial_result(None, t2, {"kind": "final", "epoch": 1, "value": 0.1}) \
+        == CONTINUE
+    assert scheduler.on_trial_result(None, t2, _epoch(1, None)) == CONTINUE
 
 
 @pytest.mark.parametrize("directions", [["maximize", "minimize"],

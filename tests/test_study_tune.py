@@ -1,0 +1,282 @@
+"""Ray Tune as the study's runner: Tune's folder and loggers, resources, and one owner per study.
+
+The database stays the record: these tests read Tune's experiment folder only to check that it
+is what a Tune user expects (``ExperimentAnalysis`` opens it, the loggers wrote their files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy as sa
+import study_helpers as h
+from optuna.trial import TrialState
+
+from nas_cli.main import main as nas_main
+from studies import StudySpec, counted_trials, create_study, load_existing, run_study
+from studies.keys import Status, StudyKey, TrialKey
+from studies.lease import acquire, leases_table, read_owner
+from studies.storage import open_storage
+
+pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(600)]
+ray_local = h.ray_local
+BASE = h.SMALL_SPACE["base"]
+
+
+def _sha(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+
+
+# ----------------------------------------------------------------------------- Tune's folder
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A study with Tune's CSV, JSON and TensorBoard loggers, a constraint and a reuse."""
+    h.start_ray()
+    tmp = tmp_path_factory.mktemp("logged")
+    url = f"sqlite:///{tmp / 'studies.db'}"
+    spec = StudySpec.from_dict(h.study_dict(
+        "logged", budget={"trials": 5}, constraints={"params_max": 20000},
+        enqueue=[{**BASE, "groups": 2, "attention_sharing": "kv"},
+                 {**BASE, "groups": 2, "attention_sharing": "kv"},
+                 {**BASE, "groups": 1}],
+        tune={"callbacks": ["csv", "json", "tensorboard"], "storage_path": str(tmp / "tune")}))
+    run = create_study(spec, url, geometry=h.GEOMETRY)
+    run_study(run, evaluator=h.instant, progress=False)
+    return {"url": url, "run": run, "trials": h.load(url, "logged")}
+
+
+def test_tune_dir_opens_with_experiment_analysis(logged, capsys) -> None:
+    from ray.tune import ExperimentAnalysis
+
+    assert nas_main(["status", "logged", "--storage", logged["url"], "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    tune_dir = status["tune_dir"]
+    assert tune_dir and Path(tune_dir).parent == Path(logged["run"].spec.tune.storage_path)
+    assert status["owner"] is None  # the run ended and gave the study back
+    frame = ExperimentAnalysis(tune_dir).dataframe()
+    trained = [t for t in logged["trials"]
+               if t.user_attrs[TrialKey.STATUS] in (Status.COMPLETED, Status.FAILED,
+                                                    Status.STOPPED)]
+    statuses = Counter(t.user_attrs[TrialKey.STATUS] for t in logged["trials"])
+    assert statuses[Status.REJECTED] >= 1 and statuses[Status.REUSED] >= 1
+    assert len(frame) == len(trained)  # one row per trial that trained, none for the others
+    assert sorted(frame["config/number"]) == sorted(t.number for t in trained)
+    by_number = {t.number: t for t in trained}
+    for _, row in frame.iterrows():
+        trial = by_number[row["config/number"]]
+        assert row["kind"] == "final" and row["status"] == trial.user_attrs[TrialKey.STATUS]
+        assert row["value"] == pytest.approx(trial.values[0])
+
+
+def test_the_loggers_named_in_the_study_file_write_their_files(logged) -> None:
+    tune_dir = Path(logged["run"].study.user_attrs[StudyKey.TUNE_DIR])
+    trials = sorted(p for p in tune_dir.iterdir() if p.name.startswith("trial-"))
+    assert trials
+    for folder in trials:
+        assert (folder / "progress.csv").stat().st_size > 0
+        assert (folder / "result.json").stat().st_size > 0
+        assert list(folder.glob("events.out.tfevents.*"))
+        epochs = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
+        assert [e["kind"] for e in epochs] == ["epoch", "epoch", "final"]
+
+
+def test_the_objective_names_label_optunas_axes(logged) -> None:
+    study = optuna.load_study(study_name="logged", storage=logged["url"])
+    assert study.metric_names == ["accuracy", "params"]
+
+
+def test_a_logger_whose_package_is_missing_is_refused_before_writing(tmp_path, capsys) -> None:
+    missing = next((name for name, package in (("mlflow", "mlflow"), ("wandb", "wandb"))
+                    if importlib.util.find_spec(package) is None), None)
+    if missing is None:
+        pytest.skip("mlflow and wandb are both installed")
+    path = h.write_study(tmp_path / "s.yaml", "logger", tune={"callbacks": ["csv", missing]})
+    db = tmp_path / "s.db"
+    assert nas_main(["run", str(path), "--storage", f"sqlite:///{db}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"pip install {missing}" in err[0]
+    assert not db.exists()
+
+
+def test_resources_no_node_can_hold_are_refused_before_writing(tmp_path, capsys) -> None:
+    db = tmp_path / "s.db"
+    for resources in ({"cpu": 100}, {"cpu": 1, "gpu": 1}):
+        path = h.write_study(tmp_path / "s.yaml", "greedy", resources=resources)
+        assert nas_main(["run", str(path), "--storage", f"sqlite:///{db}"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "largest node" in err[0], err
+        assert not db.exists()
+
+
+def test_a_fractional_cpu_request_runs_trials_side_by_side(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    spec = StudySpec.from_dict(h.study_dict("half", budget={"trials": 4},
+                                            resources={"cpu": 0.5},
+                                            tune={"storage_path": str(tmp_path / "tune")}))
+    run = create_study(spec, url, geometry=h.GEOMETRY)
+    run_study(run, evaluator=h.instant, progress=False)
+    assert counted_trials(h.load(url, "half")) == 4
+
+
+# ----------------------------------------------------------------------------- one owner
+def test_a_stale_lease_of_another_host_is_taken_over(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    spec = StudySpec.from_dict(h.study_dict("stale", budget={"trials": 2},
+                                            tune={"storage_path": str(tmp_path / "tune")}))
+    run = create_study(spec, url, geometry=h.GEOMETRY)
+    engine = open_storage(url).engine
+    old = datetime.now(timezone.utc) - timedelta(minutes=10)
+    acquire(engine, "stale").release()  # creates the table
+    with engine.begin() as conn:
+        conn.execute(leases_table.insert().values(
+            study_name="stale", host="elsewhere", pid=1, process_start="", started=old,
+            heartbeat=old, token="lost-machine"))
+    run_study(run, evaluator=h.instant, progress=False)
+    assert counted_trials(h.load(url, "stale")) == 2
+    assert read_owner(engine, "stale") is None
+
+
+def test_a_live_lease_refuses_resume_and_writes_nothing(tmp_path, capsys) -> None:
+    db = tmp_path / "s.db"
+    url = f"sqlite:///{db}"
+    spec = StudySpec.from_dict(h.study_dict("owned", budget={"trials": 2}))
+    create_study(spec, url, geometry=h.GEOMETRY)
+    engine = open_storage(url).engine
+    with acquire(engine, "owned"):  # this process owns it, as a live `nas run` would
+        before = _sha(db)
+        assert nas_main(["resume", "owned", "--storage", url]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"pid {os.getpid()}" in err[0] and "owned" in err[0]
+        assert _sha(db) == before
+        run = load_existing("owned", url)
+        assert h.load(url, "owned") == [] and run.study.user_attrs.get(StudyKey.TUNE_DIR) is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_second_process_on_a_live_study_is_refused_and_the_budget_holds(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    path = h.write_study(tmp_path / "live.yaml", "live", budget={"trials": 4},
+                         evaluator="study_helpers:slow")
+    env = h.subprocess_env(NAS_FAKE_SLEEP="3")  # long enough for two more `nas` to start
+    first = subprocess.Popen([*h.NAS, "run", str(path), "--storage", url], env=env,
+                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while read_owner(open_storage(url).engine, "live") is None:
+            assert first.poll() is None, first.communicate()
+            assert time.monotonic() < deadline, "the first run never took the lease"
+            time.sleep(0.2)
+        for argv in (["resume", "live"], ["run", str(path)]):
+            second = subprocess.run([*h.NAS, *argv, "--storage", url], env=env, cwd=tmp_path,
+                                    capture_output=True, text=True, timeout=120)
+            lines = second.stderr.strip().splitlines()
+            assert second.returncode == 2 and len(lines) == 1, second.stderr
+            assert f"pid {first.pid}" in lines[0] and "Traceback" not in second.stderr
+        _, err = first.communicate(timeout=600)
+        assert first.returncode == 0, err[-2000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+    trials = h.load(url, "live")
+    assert counted_trials(trials) == 4 and len(trials) == 4
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+
+
+# ----------------------------------------------------------------------------- a real cluster
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_nas_run_on_a_cluster_started_with_ray_start(tmp_path) -> None:
+    """``ray start --head`` in its own session, then ``nas run --address``, as a user would."""
+    ray_bin = Path(os.environ.get("VIRTUAL_ENV", Path(h.NAS[0]).parent.parent)) / "bin" / "ray"
+    if not ray_bin.exists():
+        ray_bin = Path(h.NAS[0]).parent / "ray"
+    port = _free_port()
+    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # Ray's socket paths must stay short
+    env = h.subprocess_env(NAS_FAKE_SLEEP="0.1")
+    log = tmp_path / "head.log"
+    head = subprocess.Popen(
+        [str(ray_bin), "start", "--head", f"--port={port}", "--num-cpus=1",
+         "--include-dashboard=false", "--block", f"--temp-dir={temp}"],
+        env=env, cwd=tmp_path, stdout=log.open("w"), stderr=subprocess.STDOUT,
+        start_new_session=True)
+    try:
+        address = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert head.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.5)
+        url = f"sqlite:///{tmp_path / 's.db'}"
+        path = h.write_study(tmp_path / "c.yaml", "on-cluster", budget={"trials": 3},
+                             evaluator="study_helpers:slow")
+        done = subprocess.run([*h.NAS, "run", str(path), "--storage", url, "--address", address],
+                              env=env, cwd=tmp_path, capture_output=True, text=True, timeout=400)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "Pareto front of 'on-cluster'" in done.stdout
+        trials = h.load(url, "on-cluster")
+        assert counted_trials(trials) == 3
+        assert all(t.user_attrs.get(TrialKey.NODE) for t in trials
+                   if t.user_attrs[TrialKey.STATUS] == Status.COMPLETED)
+    finally:
+        if head.poll() is None:
+            os.killpg(head.pid, 15)
+            try:
+                head.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(head.pid, 9)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_leases_table_is_not_created_by_read_only_status(tmp_path, capsys) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    create_study(StudySpec.from_dict(h.study_dict("ro")), url, geometry=h.GEOMETRY)
+    assert nas_main(["status", "ro", "--storage", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["owner"] is None
+    assert "nas_leases" not in sa.inspect(sa.create_engine(url)).get_table_names()
+
+
+def test_resume_continues_from_the_database_when_tunes_folder_is_gone(tmp_path,
+                                                                      monkeypatch) -> None:
+    """Each run ends at its timeout; the next resumes with Tune's earlier folders deleted."""
+    monkeypatch.setenv("NAS_FAKE_SLEEP", "1.0")
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    spec = StudySpec.from_dict(h.study_dict("cut", budget={"trials": 4, "timeout_minutes": 0.05},
+                                            tune={"storage_path": str(tmp_path / "tune")}))
+    run = create_study(spec, url, geometry=h.GEOMETRY)
+    tune_dirs = []
+    for _ in range(10):
+        run_study(run, evaluator=h.slow, progress=False)
+        tune_dirs.append(run.study.user_attrs[StudyKey.TUNE_DIR])
+        shutil.rmtree(tmp_path / "tune")  # the database alone is what a resume reads
+        if counted_trials(h.load(url, "cut")) >= 4:
+            break
+        run = load_existing("cut", url)
+    trials = h.load(url, "cut")
+    assert len(tune_dirs) >= 2, "the first run did not stop at its timeout"
+    assert len(set(tune_dirs)) == len(tune_dirs)  # one Tune experiment per run
+    assert counted_trials(trials) == 4
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
