@@ -107,16 +107,21 @@ def engine(url: str, trials: int, name: str) -> tuple[float, float]:
     return (time.perf_counter() - start) / trials, _steady(run.study)
 
 
+class QuickstartSpace:
+    """The ``quickstart`` space as OptunaSearch's define-by-run function (a module-level class:
+    Tune pickles its searcher with the standard pickle)."""
+
+    def __call__(self, trial: optuna.Trial) -> dict[str, Any]:
+        config, overrides = load_space("quickstart").suggest(trial)
+        return {"arch": config.to_dict(), "overrides": overrides}
+
+
 def tune_optuna_search(url: str, trials: int, name: str) -> tuple[float, float]:
     """Seconds per trial of Ray Tune + OptunaSearch written by hand, whole and steady."""
     from ray import tune
     from ray.tune.search.optuna import OptunaSearch
 
-    space = load_space("quickstart")
-
-    def define_by_run(trial: optuna.Trial) -> dict[str, Any]:
-        config, _ = space.suggest(trial)
-        return {"arch": config.to_dict()}
+    define_by_run = QuickstartSpace()
 
     def trainable(config: dict[str, Any]) -> None:
         from nas.config import ArchConfig
@@ -189,6 +194,7 @@ def main() -> None:
     import ray
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's classic console output: silent at verbose=0
     ray.init(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False, num_cpus=2)
     cost_only(2)  # imports (timm, the model families) outside the timed runs
     plain, wal, hand, ours = [], [], [], []

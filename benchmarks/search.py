@@ -1,6 +1,6 @@
 """Hypervolume reached against epochs consumed: this engine against Ray Tune + OptunaSearch.
 
-    python benchmarks/search.py [--seeds 3] [--trials 16] [--epochs 4] [--steps 12]
+    python benchmarks/search.py [--seeds 3] [--trials 24] [--epochs 4] [--steps 0]
 
 Three arms on the ``quickstart`` space and task (tiny ViTs on digits, three objectives: accuracy,
 params, MAdds, and its constraint params <= 2e5), each with the same number of trials per seed:
@@ -18,8 +18,8 @@ none, a stopped one the epochs it ran. The hypervolume is computed over the feas
 (params <= 2e5) with every objective scaled over all arms' trials of that seed (reference point
 1.1), so the arms are comparable. Printed: each arm's final hypervolume and epochs per seed, the
 epochs (a) needed to reach (b)'s final hypervolume, and the ratio to (b)'s epochs (target: at
-most 0.70). ``--steps`` caps the batches of an epoch, so a run fits in about 30 minutes on two
-cores with the defaults.
+most 0.70). ``--steps N`` caps the batches of an epoch (0: whole epochs, as the quickstart
+study trains); the defaults take about 20 minutes on two cores.
 """
 
 from __future__ import annotations
@@ -52,6 +52,11 @@ PARAMS_MAX = 2.0e5
 Point = tuple[int, list[float]]  # epochs consumed by then, objective values (None: none)
 
 
+def _train(steps: int) -> dict[str, Any]:
+    return {"batch_size": 64, "warmup_epochs": 0.5,
+            **({"max_steps_per_epoch": steps} if steps > 0 else {})}
+
+
 def _study(name: str, seed: int, trials: int, epochs: int, steps: int, *,
            sampler: dict[str, Any], asha: bool) -> StudySpec:
     return StudySpec.from_dict({
@@ -61,7 +66,7 @@ def _study(name: str, seed: int, trials: int, epochs: int, steps: int, *,
         "fidelity": {"epochs": epochs, "early_stopping": "asha" if asha else "none",
                      "grace_epochs": 1, "reduction_factor": 2},
         "resources": {"cpu": 1}, "seed": seed,
-        "train": {"batch_size": 64, "warmup_epochs": 0.5, "max_steps_per_epoch": steps},
+        "train": _train(steps),
     })
 
 
@@ -82,19 +87,23 @@ def engine_arm(url: str, spec: StudySpec) -> list[Point]:
     return out
 
 
+class QuickstartSpace:
+    """The ``quickstart`` space as OptunaSearch's define-by-run function (a module-level class:
+    Tune pickles its searcher with the standard pickle)."""
+
+    def __call__(self, trial: optuna.Trial) -> dict[str, Any]:
+        config, overrides = load_space("quickstart").suggest(trial)
+        return {"arch": config.to_dict(), "overrides": overrides}
+
+
 def tune_arm(tmp: Path, name: str, seed: int, trials: int, epochs: int,
              steps: int) -> list[Point]:
     """Ray Tune + OptunaSearch (NSGA-II) by hand, every trial trained to ``epochs``."""
     from ray import tune
     from ray.tune.search.optuna import OptunaSearch
 
-    space = load_space("quickstart")
-    settings = {"batch_size": 64, "warmup_epochs": 0.5, "max_steps_per_epoch": steps,
-                "epochs": epochs, "seed": seed}
-
-    def define_by_run(trial: optuna.Trial) -> dict[str, Any]:
-        config, overrides = space.suggest(trial)
-        return {"arch": config.to_dict(), "overrides": overrides}
+    define_by_run = QuickstartSpace()
+    settings = {**_train(steps), "epochs": epochs, "seed": seed}
 
     def trainable(config: dict[str, Any]) -> None:
         from nas.config import ArchConfig
@@ -161,14 +170,16 @@ def _epochs_to_reach(curve: list[tuple[int, float]], target: float) -> int | Non
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--trials", type=int, default=16, help="trials per arm and seed")
+    parser.add_argument("--trials", type=int, default=24, help="trials per arm and seed")
     parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=12, help="batches per epoch at most")
+    parser.add_argument("--steps", type=int, default=0,
+                        help="batches per epoch at most (0: whole epochs)")
     args = parser.parse_args()
 
     import ray
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's classic console output: silent at verbose=0
     ray.init(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
              num_cpus=2)
     rows = []
@@ -198,8 +209,9 @@ def main() -> None:
             print(f"seed {seed} done after {time.perf_counter() - start:.0f} s", flush=True)
     ray.shutdown()
 
-    print(f"\n{args.trials} trials per arm, {args.epochs} epochs (at most {args.steps} batches "
-          f"each), quickstart space on digits; hypervolume scaled over all arms per seed")
+    cap = f"at most {args.steps} batches each" if args.steps > 0 else "whole epochs"
+    print(f"\n{args.trials} trials per arm, {args.epochs} epochs ({cap}), quickstart space on "
+          "digits; hypervolume scaled over all arms per seed")
     print(f"{'seed':<5}{'arm':<34}{'final HV':>9}{'epochs':>8}")
     for seed, curves, _, _ in rows:
         for name, curve in curves.items():
