@@ -165,7 +165,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     from studies import load_existing, run_study
     from studies.cluster import check_ray_address
 
-    run = load_existing(args.name, args.storage)  # writes nothing
+    run = load_existing(args.name, args.storage, write=True)  # unknown: writes nothing
     check_ray_address(args.address)
     budget = run.spec.budget.trials
 
@@ -320,7 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         message = " ".join(str(exc).split())  # always one line
         print(f"nas {args.command}: error: {message}", file=sys.stderr)
-        return EXIT_USAGE
+        return exc.exit_code
     except KeyboardInterrupt:
         print(f"nas {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -11,11 +11,14 @@ import logging
 import math
 import os
 import socket
+import threading
+import time
+from collections.abc import Callable
 
 from nas.errors import NasError
 from studies.spec import Resources
 
-__all__ = ["check_ray_address", "connect"]
+__all__ = ["HeadWatch", "check_ray_address", "connect"]
 
 
 def check_ray_address(address: str | None, timeout: float = 5.0) -> None:
@@ -82,3 +85,52 @@ def connect(address: str | None, resources: Resources) -> int:
             per.append(math.floor(n.get("GPU", 0) / resources.gpu + 1e-9))
         slots += min(per)
     return max(1, slots)
+
+
+class HeadWatch:
+    """Watches the Ray head (its GCS port) from a thread while a study runs.
+
+    When the head stops answering for ``grace`` seconds, Ray would end this process from its
+    C++ core some time later without running any Python cleanup. ``on_lost`` runs first (it
+    closes the running trials in the database and ends the process with one line), while the
+    database can still be written.
+    """
+
+    def __init__(self, on_lost: Callable[[str], None], *, interval: float = 1.0,
+                 grace: float = 10.0) -> None:
+        import ray
+
+        self.address = ray.get_runtime_context().gcs_address
+        self.on_lost, self.interval, self.grace = on_lost, interval, grace
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="nas-ray-head-watch",
+                                        daemon=True)
+
+    def _answers(self) -> bool:
+        host, _, port = self.address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=2.0):
+                return True
+        except (OSError, ValueError):
+            return False
+
+    def _watch(self) -> None:
+        silent_since: float | None = None
+        while not self._stop.wait(self.interval):
+            if self._answers():
+                silent_since = None
+                continue
+            now = time.monotonic()
+            silent_since = silent_since or now
+            if now - silent_since >= self.grace:
+                self.on_lost(f"the Ray cluster's head at {self.address} stopped answering "
+                             f"(for {self.grace:g} s)")
+                return
+
+    def __enter__(self) -> HeadWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

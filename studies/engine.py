@@ -26,8 +26,10 @@ import inspect
 import math
 import os
 import re
+import sys
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -38,12 +40,12 @@ import optuna
 from optuna.trial import TrialState
 
 from nas.config import ArchConfig
-from nas.errors import ConfigError, NasError
+from nas.errors import ConfigError, NasError, RunAborted
 from nas.loading import load_arch, unwritable_ancestor
 from nas.tasks import GEOMETRIES, TaskGeometry
 from search_spaces import SearchSpace, load_space
 from studies._trials import StudyRun, counted_trials
-from studies.cluster import check_ray_address, connect
+from studies.cluster import HeadWatch, check_ray_address, connect
 from studies.keys import Status, StudyKey, TrialKey
 from studies.lease import Lease, acquire, is_stale, read_owner
 from studies.samplers import make_sampler
@@ -157,6 +159,9 @@ def create_study(spec: StudySpec, storage_url: str | None = None, *,
     _check_task(spec)
     _check_checkpoints(spec)
     tune_callbacks(spec)  # a logger whose package is missing: refused before anything is written
+    # Building the task checks its data roots and layout; its geometry prices the space.
+    geometry = geometry or _task_geometry(spec)
+    check_space(spec, space, geometry)
     storage = open_storage(storage_url)
     with session(storage.url):
         existing = {s.study_name for s in optuna.study.get_all_study_summaries(storage)}
@@ -190,11 +195,59 @@ def create_study(spec: StudySpec, storage_url: str | None = None, *,
         with warnings.catch_warnings():  # experimental in Optuna, read by its own tools
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(spec.objective_names)
-        if geometry is not None:
-            study.set_user_attr(StudyKey.GEOMETRY, asdict(geometry))
+        study.set_user_attr(StudyKey.GEOMETRY, asdict(geometry))
         for label, params in enqueued:
             study.enqueue_trial(params, user_attrs={TrialKey.ENQUEUED: label})
     return StudyRun(spec, space, study, storage, geometry=geometry)
+
+
+#: Architectures drawn from a space to find one within the constraints before a study starts.
+FEASIBILITY_SAMPLES = 300
+
+
+def check_space(spec: StudySpec, space: SearchSpace, geometry: TaskGeometry,
+                samples: int = FEASIBILITY_SAMPLES) -> None:
+    """Refuse a study that could only fail: training settings the trainer refuses, or
+    constraints that no architecture of the space meets.
+
+    Draws up to ``samples`` architectures at random (their costs on the meta device) and stops
+    at the first within the constraints; the training settings (the study's ``train`` with the
+    space's training parameters of each draw) are checked as the trainer checks them.
+    """
+    from nas.cost import estimate_cost
+    from studies.searcher import broken_constraints
+    from trainers import TrainConfig
+
+    base = {**spec.train, "epochs": spec.fidelity.epochs, "seed": spec.seed}
+    try:
+        TrainConfig.from_dict(base)
+    except NasError as exc:
+        raise ConfigError(f"Study key `train`: {exc}") from None
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=spec.seed),
+                                directions=spec.directions)
+    costs: dict[str, Any] = {}
+    broken: Counter[str] = Counter()
+    for _ in range(samples):
+        trial = study.ask()
+        try:
+            config, overrides = space.suggest(trial)
+            TrainConfig.from_dict({**base, **overrides})
+        except NasError as exc:
+            raise ConfigError(f"Search space {space.name!r}: {exc}") from None
+        cost = costs.get(config.arch_id) or estimate_cost(config, geometry)
+        costs[config.arch_id] = cost
+        study.tell(trial, state=TrialState.PRUNED)
+        keys = broken_constraints(spec, cost)
+        if not keys:
+            return
+        broken.update(keys)
+    worst, count = broken.most_common(1)[0]
+    raise ConfigError(
+        f"Study key `constraints`: none of {samples} architectures drawn from space "
+        f"{space.name!r} meets them ({worst}={spec.constraints[worst]:,.0f} is broken by "
+        f"{count}); the smallest costs {min(c.params for c in costs.values()):,} params and "
+        f"{min(c.madds for c in costs.values()):,} MAdds on {geometry.name!r}. Loosen the "
+        "constraints or the space.")
 
 
 def _enqueue_params(space: SearchSpace, item: Any) -> tuple[str, dict[str, Any]]:
@@ -210,15 +263,32 @@ def _enqueue_params(space: SearchSpace, item: Any) -> tuple[str, dict[str, Any]]
         raise ConfigError(f"Cannot enqueue {label!r}: {exc}") from None
 
 
-def load_existing(name: str, storage: optuna.storages.RDBStorage | str | None = None) -> StudyRun:
-    """Load a study and its spec and space from the database alone."""
-    if not isinstance(storage, optuna.storages.RDBStorage):
-        storage = open_storage(storage, create=False)
-    with session(storage.url):
-        names = [s.study_name for s in optuna.study.get_all_study_summaries(storage)]
+def load_existing(name: str, storage: optuna.storages.RDBStorage | str | None = None, *,
+                  write: bool = False) -> StudyRun:
+    """Load a study and its spec and space from the database alone.
+
+    ``storage`` is an open storage, used as it is, or a URL (``None``: the default storage).
+    A URL is opened read-only (``studies.storage.open_storage(url, read_only=True)``): reading a
+    study creates and writes nothing. ``write=True`` (``nas resume``) first checks read-only that
+    the study exists, so an unknown name still writes nothing, then opens the storage writable.
+
+    Raises:
+        UnknownStudyError: no study ``name`` there (the message lists the studies there).
+    """
+    from studies.storage import UnknownStudyError, resolve_storage_url, study_names
+
+    if isinstance(storage, optuna.storages.RDBStorage):
+        with session(storage.url):
+            names = [s.study_name for s in storage.get_all_studies()]
         if name not in names:
-            raise NasError(f"Unknown study {name!r}; studies in this database: "
-                           f"{', '.join(sorted(names)) or 'none'}.")
+            raise UnknownStudyError(name, storage.url, names)
+    else:
+        url = resolve_storage_url(storage)
+        names = study_names(url)
+        if name not in names:
+            raise UnknownStudyError(name, url, names)
+        storage = open_storage(url, read_only=not write)
+    with session(storage.url):
         study = optuna.load_study(study_name=name, storage=storage)
         attrs = study.user_attrs
     if StudyKey.SPEC not in attrs:
@@ -237,7 +307,8 @@ def load_existing(name: str, storage: optuna.storages.RDBStorage | str | None = 
     return StudyRun(spec, space, study, storage, geometry=geometry)
 
 
-def close_interrupted(run: StudyRun) -> int:
+def close_interrupted(run: StudyRun, *, reason: str = "the process running the study stopped "
+                      "while this trial ran") -> int:
     """Close trials a crash left RUNNING as failed, and enqueue their parameters again.
 
     A trial killed between ``ask`` and the drawing of its parameters has no configuration to
@@ -247,8 +318,7 @@ def close_interrupted(run: StudyRun) -> int:
     with session(storage.url):
         for t in run.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             set_trial_user_attrs(storage, t._trial_id, {
-                TrialKey.STATUS: Status.INTERRUPTED,
-                TrialKey.REASON: "the process running the study stopped while this trial ran"})
+                TrialKey.STATUS: Status.INTERRUPTED, TrialKey.REASON: reason})
             storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
             if t.params:  # killed after its configuration was drawn: run that again
                 run.study.enqueue_trial(t.params, user_attrs={TrialKey.RERUN_OF: t.number},
@@ -310,10 +380,13 @@ def _tune_environment(verbose: bool) -> Iterator[None]:
     unless ``verbose`` (Tune's newer console output prints its configuration table at any
     verbosity, the classic one is silent at verbosity 0)."""
     saved = {k: os.environ.get(k) for k in ("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS",
-                                            "RAY_AIR_NEW_OUTPUT")}
+                                            "RAY_AIR_NEW_OUTPUT", "TUNE_DISABLE_SIGINT_HANDLER")}
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     if not verbose:
         os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    # Ctrl-C interrupts the run (its trials are closed as interrupted) instead of Tune's own
+    # graceful stop, which would return as if the study had ended.
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     try:
         yield
     finally:
@@ -331,7 +404,7 @@ def _fit(run: StudyRun, evaluator: Evaluator | None, pool: int, deadline: float,
     from ray.tune.search import ConcurrencyLimiter
 
     from studies.asha import MultiObjectiveASHA
-    from studies.searcher import StudyCallback, StudySearcher
+    from studies.searcher import FaultStopper, StudyCallback, StudySearcher
     from studies.worker import trainable
 
     spec = run.spec
@@ -361,14 +434,30 @@ def _fit(run: StudyRun, evaluator: Evaluator | None, pool: int, deadline: float,
         run_config=tune.RunConfig(
             name=name, storage_path=str(storage_path), verbose=2 if verbose else 0,
             failure_config=tune.FailureConfig(max_failures=spec.tune.max_failures),
-            callbacks=[StudyCallback(searcher), *tune_callbacks(spec)]),
+            callbacks=[StudyCallback(searcher), *tune_callbacks(spec)],
+            stop=FaultStopper(searcher)),
     )
+    error: Exception | None = None
     try:
         with _tune_environment(verbose):
             tuner.fit()
+    except (KeyboardInterrupt, NasError):
+        raise
+    except Exception as exc:  # Ray went away under Tune, Tune's folder could not be written
+        error = exc
     finally:
         searcher.close()
+    fault = searcher.fault or (_first_line(error) if error is not None else "")
+    if fault:
+        raise RunAborted(f"Study {spec.name!r} stopped: {fault}. Its running trials were closed "
+                         f"as interrupted (where the database could still be written); continue "
+                         f"with `nas resume {spec.name}`.") from error
     return searcher.halted
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def run_study(
@@ -421,7 +510,20 @@ def run_study(
                     if spec.budget.timeout_minutes else math.inf)
         bar = Progress(spec.budget.trials, list(spec.directions), enabled=progress,
                        counted_at_start=counted)
-        halted = _fit(run, evaluator, pool, deadline, bar, verbose)
+
+        def head_lost(reason: str) -> None:
+            """Ray ends this process soon after its head is gone, running no Python cleanup:
+            close the trials while the database can still be written, and end in one line."""
+            closed = close_interrupted(run, reason=f"{reason} while this trial ran")
+            lease.release()
+            bar.close()
+            print(f"nas: error: Study {spec.name!r} stopped: {reason}; {closed} running "
+                  f"trials were closed as interrupted; continue with `nas resume "
+                  f"{spec.name}` once the cluster is back.", file=sys.stderr, flush=True)
+            os._exit(RunAborted.exit_code)
+
+        with HeadWatch(head_lost):
+            halted = _fit(run, evaluator, pool, deadline, bar, verbose)
     if halted:
         raise NasError(halted)
     return run

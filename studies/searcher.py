@@ -17,17 +17,20 @@ Optuna's storage is the record: Tune's trial ids are kept only while the run liv
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import optuna
 from optuna.trial import TrialState
 from ray.tune import Callback
 from ray.tune.search import Searcher
+from ray.tune.stopper import Stopper
 
 from nas.errors import NasError
 from nas.tasks import TaskGeometry
@@ -35,12 +38,28 @@ from studies._progress import Progress
 from studies._trials import StudyRun, counted_trials, mark_interrupted, tell
 from studies.keys import COUNTED_EXCLUDED, Status, TrialKey
 from studies.spec import StudySpec
-from studies.storage import session, set_trial_user_attrs, write_epoch
+from studies.storage import StorageError, session, set_trial_user_attrs, write_epoch
 
 if TYPE_CHECKING:  # the cost model (torch) is imported when the first trial is costed
     from nas.cost import Cost
 
-__all__ = ["StudyCallback", "StudySearcher"]
+__all__ = ["FaultStopper", "StudyCallback", "StudySearcher"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _guarded(method: _F) -> _F:
+    """A database or disk fault inside a Tune hook stops the run instead of escaping into Tune:
+    it is kept as ``fault`` (the ``FaultStopper`` then stops every trial) and the hook returns
+    what ends the search."""
+    @functools.wraps(method)
+    def wrapper(self: StudySearcher, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (StorageError, OSError) as exc:
+            self.fault = self.fault or " ".join(str(exc).split())
+            return Searcher.FINISHED if method.__name__ == "suggest" else None
+    return wrapper  # type: ignore[return-value]
 
 # A space whose every draw breaks the constraints would otherwise be sampled forever.
 MAX_REJECTED_IN_A_ROW = 200
@@ -57,15 +76,25 @@ def cost_dict(cost: Cost) -> dict[str, Any]:
             "parts": {k: vars(v) for k, v in cost.parts.items()}}
 
 
-def violations(spec: StudySpec, cost: Cost) -> str | None:
-    """The first constraint ``cost`` breaks, as a phrase; None when it meets them all."""
+def broken_constraints(spec: StudySpec, cost: Cost) -> list[str]:
+    """The constraint keys (``params_max``, ...) that ``cost`` breaks; latency is measured
+    after training and checked then."""
+    out = []
     for key, limit in spec.constraints.items():
         name, bound = key.rsplit("_", 1)
         value = getattr(cost, name, None)
-        if value is None:  # latency is measured after training: checked then
+        if value is None:
             continue
         if (bound == "max" and value > limit) or (bound == "min" and value < limit):
-            return f"{name} {value:,} breaks {key}={limit:,.0f}"
+            out.append(key)
+    return out
+
+
+def violations(spec: StudySpec, cost: Cost) -> str | None:
+    """The first constraint ``cost`` breaks, as a phrase; None when it meets them all."""
+    for key in broken_constraints(spec, cost):
+        name = key.rsplit("_", 1)[0]
+        return f"{name} {getattr(cost, name):,} breaks {key}={spec.constraints[key]:,.0f}"
     return None
 
 
@@ -152,6 +181,7 @@ class StudySearcher(Searcher):
         self.errored: dict[str, _Candidate] = {}  # failed in Tune, waiting for the error text
         self.rejected_in_a_row = 0
         self.halted = ""  # why no more trials start: a hopeless space, workers that cannot start
+        self.fault = ""  # a database or disk fault met in a Tune hook: the run stops
 
     # ------------------------------------------------------------------ Tune's interface
     # Tune pickles its searcher into the experiment folder to restore a run; a study resumes
@@ -165,7 +195,10 @@ class StudySearcher(Searcher):
     def save_to_dir(self, checkpoint_dir: str, session_str: str = "default") -> None:
         return None
 
+    @_guarded
     def suggest(self, trial_id: str) -> dict[str, Any] | None:  # or Searcher.FINISHED
+        if self.fault:
+            return Searcher.FINISHED  # type: ignore[return-value]
         self._release_deferred()
         stop = bool(self.halted) or time.monotonic() > self.deadline
         if stop:
@@ -184,6 +217,7 @@ class StudySearcher(Searcher):
                 return self._launch(trial_id, sampled)
         return self._finished_or_wait()
 
+    @_guarded
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
                           error: bool = False) -> None:
         candidate = self.live.get(trial_id)
@@ -204,6 +238,7 @@ class StudySearcher(Searcher):
             self._interrupt(candidate)
 
     # ------------------------------------------------------------------ StudyCallback's input
+    @_guarded
     def record_epoch(self, trial_id: str, result: dict[str, Any]) -> None:
         """Write one epoch report to the database (the per-epoch table, Optuna's curve)."""
         candidate = self.live.get(trial_id)
@@ -226,6 +261,7 @@ class StudySearcher(Searcher):
                 run.storage.set_trial_intermediate_value(candidate.trial._trial_id, epoch,
                                                          float(value))
 
+    @_guarded
     def record_error(self, trial_id: str, message: str, *, worker_setup: bool) -> None:
         """A trial raised in Tune (after Tune's retries). ``worker_setup``: the worker could
         not load the evaluator; not the trial's fault, and no later trial would start."""
@@ -419,6 +455,19 @@ def _error_text(trial: Any) -> str:
             text = "the trial raised an error"
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else text
+
+
+class FaultStopper(Stopper):
+    """Stops every trial once the searcher met a database or disk fault."""
+
+    def __init__(self, searcher: StudySearcher) -> None:
+        self.searcher = searcher
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return bool(self.searcher.fault)
+
+    def stop_all(self) -> bool:
+        return bool(self.searcher.fault)
 
 
 class StudyCallback(Callback):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -50,6 +51,13 @@ _CONSTRAINTS = ("params_max", "madds_max", "latency_ms_max", "params_min", "madd
 _KEYS = ("name", "task", "space", "objectives", "constraints", "sampler", "budget", "fidelity",
          "resources", "seed", "train", "enqueue", "description", "evaluator", "checkpoints",
          "tune")
+# Bounds of the numbers in a study file (sizes are bounded by the architecture and task checks).
+_MAX_TRIALS = 1_000_000
+_MAX_MINUTES = 60 * 24 * 365.0
+_MAX_EPOCHS = 100_000
+_MAX_DEVICES = 4096.0
+#: Seeds are the samplers' and numpy's: 0 .. 2**32 - 1 (a sampler adds the trial count).
+_MAX_SEED = 2**32 - 1 - _MAX_TRIALS
 #: Tune logger callbacks by name; ``json`` is always written (``ExperimentAnalysis`` reads it).
 TUNE_CALLBACKS = ("csv", "json", "tensorboard", "mlflow", "wandb")
 _EVALUATOR = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
@@ -117,19 +125,41 @@ def _only(data: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None
         )
 
 
-def _number(value: Any, key: str, *, minimum: float = 0.0, integer: bool = False) -> Any:
+def _number(value: Any, key: str, *, minimum: float = 0.0, maximum: float = math.inf,
+            integer: bool = False) -> Any:
+    """A finite number in [minimum, maximum] (an integer where ``integer``), or a ConfigError
+    naming the key, the value and the rule."""
     if isinstance(value, str):
         with contextlib.suppress(ValueError):
             value = float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"Study key `{key}` must be a number, but got {value!r}.")
+    if not math.isfinite(value):
+        raise ConfigError(f"Study key `{key}` must be a finite number, but got {value!r}.")
     if integer:
         if float(value) != int(value):
             raise ConfigError(f"Study key `{key}` must be an integer, but got {value!r}.")
         value = int(value)
     if value < minimum:
         raise ConfigError(f"Study key `{key} >= {minimum:g}` must hold, but got {value!r}.")
+    if value > maximum:
+        bound = int(maximum) if float(maximum).is_integer() else maximum
+        raise ConfigError(f"Study key `{key} <= {bound}` must hold, but got {value!r}.")
     return value
+
+
+#: Characters a study name may not hold: it names folders (checkpoints, Tune's runs).
+_NAME_FORBIDDEN = re.compile(r"[/\\\x00-\x1f\x7f]")
+
+
+def _check_name(name: Any) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError("The study needs a `name` (a non-empty string), or pass --name.")
+    name = name.strip()
+    if _NAME_FORBIDDEN.search(name) or len(name) > 200 or name.startswith("."):
+        raise ConfigError(f"Study name {name!r} must be one line of at most 200 characters, "
+                          "without slashes or control characters, not starting with '.'.")
+    return name
 
 
 @dataclass(frozen=True)
@@ -202,11 +232,7 @@ class StudySpec:
         if not isinstance(data, Mapping):
             raise ConfigError("A study file must hold a mapping.")
         _only(data, _KEYS, "file")
-        study_name = name or data.get("name")
-        if not isinstance(study_name, str) or not study_name.strip():
-            raise ConfigError("The study needs a `name` (a non-empty string), or pass --name.")
-        if any(c in study_name for c in "/\\\n\r\t") or len(study_name) > 200:
-            raise ConfigError(f"Study name {study_name!r} must be one line without slashes.")
+        study_name = _check_name(name or data.get("name"))
 
         task = data.get("task")
         if isinstance(task, str):
@@ -238,9 +264,10 @@ class StudySpec:
             raise ConfigError("Study key `budget` needs `trials`, e.g. {trials: 12}.")
         timeout = budget_d.get("timeout_minutes")
         budget = Budget(
-            trials=_number(budget_d["trials"], "budget.trials", minimum=1, integer=True),
+            trials=_number(budget_d["trials"], "budget.trials", minimum=1, maximum=_MAX_TRIALS,
+                           integer=True),
             timeout_minutes=None if timeout is None else float(
-                _number(timeout, "budget.timeout_minutes")),
+                _number(timeout, "budget.timeout_minutes", maximum=_MAX_MINUTES)),
         )
 
         fid = _mapping(data.get("fidelity"), "fidelity")
@@ -252,18 +279,22 @@ class StudySpec:
             raise ConfigError(f"Study key `fidelity.early_stopping` must be 'none' or 'asha', "
                               f"but got {stopping!r}.")
         fidelity = Fidelity(
-            epochs=_number(fid.get("epochs", 3), "fidelity.epochs", minimum=1, integer=True),
+            epochs=_number(fid.get("epochs", 3), "fidelity.epochs", minimum=1,
+                           maximum=_MAX_EPOCHS, integer=True),
             early_stopping=stopping,
             grace_epochs=_number(fid.get("grace_epochs", 1), "fidelity.grace_epochs", minimum=1,
+                                 maximum=_MAX_EPOCHS,
                                  integer=True),
             reduction_factor=_number(fid.get("reduction_factor", 2), "fidelity.reduction_factor",
+                                     maximum=_MAX_EPOCHS,
                                      minimum=2, integer=True),
         )
 
         res = _mapping(data.get("resources"), "resources")
         _only(res, ("cpu", "gpu"), "resources")
-        resources = Resources(cpu=float(_number(res.get("cpu", 1), "resources.cpu")),
-                              gpu=float(_number(res.get("gpu", 0), "resources.gpu")))
+        resources = Resources(
+            cpu=float(_number(res.get("cpu", 1), "resources.cpu", maximum=_MAX_DEVICES)),
+            gpu=float(_number(res.get("gpu", 0), "resources.gpu", maximum=_MAX_DEVICES)))
         if resources.cpu <= 0 and resources.gpu <= 0:
             raise ConfigError("Study key `resources` must ask for some cpu or gpu per trial.")
 
@@ -289,11 +320,12 @@ class StudySpec:
             checkpoints = str(Path(checkpoints.strip()).expanduser().absolute())
         return cls(
             tune=cls._tune(data.get("tune")),
-            name=study_name.strip(), task=task_name, task_options=task_options,
+            name=study_name, task=task_name, task_options=task_options,
             space=dict(space) if isinstance(space, Mapping) else space,
             objectives=objectives, constraints=constraints, sampler=sampler, budget=budget,
             fidelity=fidelity, resources=resources,
-            seed=_number(data.get("seed", 0), "seed", integer=True), train=train,
+            seed=_number(data.get("seed", 0), "seed", maximum=_MAX_SEED, integer=True),
+            train=train,
             enqueue=tuple(enqueue), description=str(data.get("description") or ""),
             evaluator=evaluator, checkpoints=checkpoints,
         )
@@ -322,6 +354,7 @@ class StudySpec:
         return TuneOptions(
             callbacks=ordered, storage_path=storage_path,
             max_failures=_number(options.get("max_failures", 0), "tune.max_failures",
+                                 maximum=1000,
                                  integer=True))
 
     @staticmethod

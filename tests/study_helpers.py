@@ -176,3 +176,23 @@ def slow(arch: dict[str, Any], settings: dict[str, Any], task: str,
     """Like :func:`instant`, ``$NAS_FAKE_SLEEP`` seconds (default 1) per epoch."""
     return _fake(arch, settings, report, sleep=float(os.environ.get("NAS_FAKE_SLEEP", "1.0")),
                  log=log)
+
+
+def gated(arch: dict[str, Any], settings: dict[str, Any], task: str,
+          task_options: dict[str, Any], *, latency: bool = False, report: Report = None,
+          log: str | None = None) -> dict[str, Any]:
+    """Like :func:`instant`, once the file ``$NAS_FAKE_GATE`` exists (a test opens the gate when
+    it has seen what it waits for; 300 s at most)."""
+    gate = Path(os.environ["NAS_FAKE_GATE"])
+    deadline = time.monotonic() + 300
+    while not gate.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _fake(arch, settings, report, log=log)
+
+
+def load_if_any(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
+    """:func:`load`, or no trials while the study does not exist yet."""
+    try:
+        return load(url, name)
+    except (KeyError, optuna.exceptions.StorageInternalError):
+        return []

@@ -258,17 +258,28 @@ def test_a_spent_timeout_starts_nothing(tmp_path) -> None:
     assert h.load(url, "timeout") == []
 
 
-def test_a_constraint_that_rejects_everything_ends_the_study(tmp_path, monkeypatch,
-                                                             capsys) -> None:
+def test_rejections_in_a_row_end_the_study(tmp_path, monkeypatch, capsys) -> None:
+    """The space has architectures within the constraint, but the first draws break it."""
     monkeypatch.setattr(searcher, "MAX_REJECTED_IN_A_ROW", 5)
-    path = h.write_study(tmp_path / "tight.yaml", "tight", constraints={"params_max": 1000},
-                         evaluator="study_helpers:instant")
+    path = h.write_study(tmp_path / "tight.yaml", "tight", constraints={"params_max": 20000},
+                         enqueue=[{**BASE, **A}] * 6, evaluator="study_helpers:instant")
     db = tmp_path / "tight.db"
     assert nas_main(["run", str(path), "--storage", f"sqlite:///{db}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "5 architectures in a row were rejected" in err[-1] and "params_max" in err[-1]
-    trials = h.load(f"sqlite:///{db}", "tight")
-    assert len(trials) == 5 and all(_status(t) == "rejected" for t in trials)
+    asked = [t for t in h.load(f"sqlite:///{db}", "tight") if t.state != TrialState.WAITING]
+    assert len(asked) == 5 and all(_status(t) == "rejected" for t in asked)
+
+
+def test_constraints_no_architecture_meets_are_refused_before_writing(tmp_path, capsys) -> None:
+    path = h.write_study(tmp_path / "hopeless.yaml", "hopeless",
+                         constraints={"params_max": 1000}, evaluator="study_helpers:instant")
+    db = tmp_path / "hopeless.db"
+    assert nas_main(["run", str(path), "--storage", f"sqlite:///{db}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "none of 300 architectures" in err[0]
+    assert "params_max=1,000" in err[0] and "the smallest costs" in err[0]
+    assert not db.exists()
 
 
 def test_workers_that_cannot_start_stop_the_study_without_spending_it(tmp_path,

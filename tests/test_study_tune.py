@@ -170,8 +170,9 @@ def test_a_live_lease_refuses_resume_and_writes_nothing(tmp_path, capsys) -> Non
 def test_a_second_process_on_a_live_study_is_refused_and_the_budget_holds(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 's.db'}"
     path = h.write_study(tmp_path / "live.yaml", "live", budget={"trials": 4},
-                         evaluator="study_helpers:slow")
-    env = h.subprocess_env(NAS_FAKE_SLEEP="3")  # long enough for two more `nas` to start
+                         evaluator="study_helpers:gated")
+    gate = tmp_path / "gate"  # the first run's trials wait until both others were refused
+    env = h.subprocess_env(NAS_FAKE_GATE=str(gate))
     first = subprocess.Popen([*h.NAS, "run", str(path), "--storage", url], env=env,
                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
@@ -187,6 +188,7 @@ def test_a_second_process_on_a_live_study_is_refused_and_the_budget_holds(tmp_pa
             lines = second.stderr.strip().splitlines()
             assert second.returncode == 2 and len(lines) == 1, second.stderr
             assert f"pid {first.pid}" in lines[0] and "Traceback" not in second.stderr
+        gate.touch()
         _, err = first.communicate(timeout=600)
         assert first.returncode == 0, err[-2000:]
     finally:
@@ -280,3 +282,94 @@ def test_resume_continues_from_the_database_when_tunes_folder_is_gone(tmp_path,
     assert len(set(tune_dirs)) == len(tune_dirs)  # one Tune experiment per run
     assert counted_trials(trials) == 4
     assert not [t for t in trials if t.state == TrialState.RUNNING]
+
+
+# ----------------------------------------------------------------------------- faults
+def test_a_full_disk_stops_the_run_in_one_line_and_resume_continues(tmp_path, monkeypatch,
+                                                                     capsys) -> None:
+    """The per-epoch table cannot be written (as on a full disk): the run stops with one line
+    and exit code 1, its running trials are closed, and `nas resume` finishes the study."""
+    import studies.searcher as searcher_module
+    from studies.storage import StorageError
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    path = h.write_study(tmp_path / "full.yaml", "full", budget={"trials": 4},
+                         evaluator="study_helpers:instant")
+    real = searcher_module.write_epoch
+    calls = {"n": 0}
+
+    def write_epoch(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise StorageError(f"Storage {url!r} cannot be used: database or disk is full")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(searcher_module, "write_epoch", write_epoch)
+    assert nas_main(["run", str(path), "--storage", url]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "database or disk is full" in err[-1] and "nas resume full" in err[-1]
+    assert not any("Traceback" in line for line in err)
+    trials = h.load(url, "full")
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    assert read_owner(open_storage(url).engine, "full") is None
+    monkeypatch.setattr(searcher_module, "write_epoch", real)
+    assert nas_main(["resume", "full", "--storage", url]) == 0
+    assert counted_trials(h.load(url, "full")) == 4
+
+
+def _children(pid: int, name: str) -> list[int]:
+    """Processes whose parent is ``pid`` and whose command line holds ``name``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2:].split()[1]) == pid and name in cmdline:
+            out.append(int(entry))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_when_the_ray_head_dies_trials_are_closed_and_resume_continues(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    path = h.write_study(tmp_path / "head.yaml", "head", budget={"trials": 3},
+                         evaluator="study_helpers:gated")
+    gate = tmp_path / "gate"
+    env = h.subprocess_env(NAS_FAKE_GATE=str(gate))
+    run = subprocess.Popen([*h.NAS, "run", str(path), "--storage", url], env=env, cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not [t for t in h.load_if_any(url, "head") if TrialKey.TUNE_TRIAL in t.user_attrs]:
+            assert run.poll() is None, run.communicate()
+            assert time.monotonic() < deadline, "no trial started"
+            time.sleep(0.3)
+        head = _children(run.pid, "gcs_server")
+        assert head, "the local Ray head (gcs_server) is not a child of `nas run`"
+        for pid in head:
+            os.kill(pid, 9)
+        _, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, 9)
+    lines = err.strip().splitlines()
+    assert run.returncode == 1, err[-3000:]
+    assert "stopped answering" in lines[-1] and "nas resume head" in lines[-1], err[-3000:]
+    assert "Traceback" not in err
+    trials = h.load(url, "head")
+    assert trials and not [t for t in trials if t.state == TrialState.RUNNING]
+    closed = [t for t in trials if t.state.is_finished()]
+    assert closed and {t.user_attrs[TrialKey.STATUS] for t in closed} == {Status.INTERRUPTED}
+    assert "stopped answering" in closed[0].user_attrs[TrialKey.REASON]
+    assert read_owner(open_storage(url).engine, "head") is None
+    gate.touch()
+    done = subprocess.run([*h.NAS, "resume", "head", "--storage", url], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert counted_trials(h.load(url, "head")) == 3
