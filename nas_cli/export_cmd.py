@@ -1,15 +1,17 @@
 """``nas export``: write a study's trials as configs for use elsewhere (see ``studies.export``).
 
 ``register(subparsers)`` adds the subcommand; the export itself is imported only when it runs, so
-``nas --help`` stays fast.
+``nas --help`` stays fast. ``export_hint`` is the command line other commands print to suggest an
+export, quoted for the shell.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import Any
 
-__all__ = ["FORMAT_NAMES", "register"]
+__all__ = ["FORMAT_NAMES", "export_hint", "register"]
 
 #: The names of ``studies.export.FORMATS`` (repeated here so the parser needs no heavy import;
 #: a test keeps the two equal).
@@ -28,6 +30,16 @@ values, arch_id and file. Formats:
   timm        the timm model name (nas_vit, nas_swin) and keyword arguments (vit, swin)
   torch       a Python script that builds the network with this package
 Existing files are kept unless --force."""
+
+
+def export_hint(name: str, storage_url: str, *, out: str = "exported/",
+                fmt: str = "yaml") -> str:
+    """The ``nas export`` command line that writes the Pareto front of study ``name``, quoted
+    for a POSIX shell: a name or URL with spaces or shell characters stays one word and runs
+    nothing, and a name starting with ``-`` comes after ``--``."""
+    options = ["--pareto", "--format", fmt, "--out", out, "--storage", storage_url]
+    words = [*options, "--", name] if name.startswith("-") else [name, *options]
+    return shlex.join(["nas", "export", *words])
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -6,7 +6,10 @@ Each test writes tiny files in exactly the documented layout into ``tmp_path``.
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import struct
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ from PIL import Image
 
 from nas.errors import NasError
 from nas.radix import WordTokenizer
+from nas_cli.main import main as nas_main
 from trainers.tasks import collate, get_task
 from trainers.tasks.vqa_files import normalize_answer, tokenize_question
 
@@ -315,12 +319,54 @@ def test_image_folder_bad_layout_names_the_folder(folder_root: Path, breakage: s
 
 
 # ----------------------------------------------------------------------------- cifar
-def _cifar_batch(path: Path, n: int, label_key: str, classes: int, seed: int) -> None:
+def _py2_str(text: bytes) -> bytes:
+    """A Python 2 ``str`` as cPickle writes it (SHORT_BINSTRING or BINSTRING)."""
+    if len(text) < 256:
+        return b"U" + bytes([len(text)]) + text
+    return b"T" + struct.pack("<i", len(text)) + text
+
+
+def _py2_int(i: int) -> bytes:
+    return b"K" + bytes([i]) if 0 <= i < 256 else b"J" + struct.pack("<i", i)
+
+
+def _python2_pickle(batch: dict[bytes, Any]) -> bytes:
+    """``batch`` opcode for opcode as the CIFAR files were written: Python 2's cPickle,
+    protocol 2, numpy 1.x (``numpy.core.multiarray._reconstruct``, a uint8 ``numpy.dtype``)."""
+    def value(v: Any) -> bytes:
+        if isinstance(v, bytes):
+            return _py2_str(v)
+        if isinstance(v, list):
+            return b"](" + b"".join(value(x) for x in v) + b"e"
+        if isinstance(v, int):
+            return _py2_int(v)
+        n, width = v.shape
+        return (b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\n" + _py2_int(0)
+                + b"\x85" + _py2_str(b"b") + b"\x87R(" + _py2_int(1) + _py2_int(n)
+                + _py2_int(width) + b"\x86cnumpy\ndtype\n" + _py2_str(b"u1") + _py2_int(0)
+                + _py2_int(1) + b"\x87R(" + _py2_int(3) + _py2_str(b"|") + b"NNN"
+                + _py2_int(-1) + _py2_int(-1) + _py2_int(0) + b"tb\x89"
+                + _py2_str(v.tobytes()) + b"tb")
+
+    items = b"".join(_py2_str(k) + value(v) for k, v in batch.items())
+    return b"\x80\x02}(" + items + b"u."
+
+
+def _cifar_batch(path: Path, n: int, label_key: str, classes: int, seed: int,
+                 protocol: int | str = pickle.DEFAULT_PROTOCOL) -> dict[bytes, Any]:
+    """A batch as CIFAR's python version holds it, pickled with ``protocol`` (or, with
+    ``"python2"``, as the published files are)."""
     rng = np.random.default_rng(seed)
-    batch = {b"data": rng.integers(0, 256, size=(n, 3072), dtype=np.uint8),
-             label_key.encode(): [int(i % classes) for i in range(n)]}
+    batch = {b"batch_label": b"training batch 1 of 1",
+             label_key.encode(): [int(i % classes) for i in range(n)],
+             b"data": rng.integers(0, 256, size=(n, 3072), dtype=np.uint8),
+             b"filenames": [b"img_%d.png" % i for i in range(n)]}
+    if label_key == "fine_labels":
+        batch[b"coarse_labels"] = [int(i % 20) for i in range(n)]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pickle.dumps(batch))
+    blob = _python2_pickle(batch) if protocol == "python2" else pickle.dumps(batch, protocol)
+    path.write_bytes(blob)
+    return batch
 
 
 @pytest.fixture
@@ -350,7 +396,8 @@ def test_cifar10_and_cifar100_python_batches(cifar10_root: Path, tmp_path: Path)
     assert (c100.geometry.num_outputs, len(c100.train), len(c100.val)) == (100, 8, 3)
 
 
-@pytest.mark.parametrize("breakage", ["missing", "malformed", "empty", "nothing"])
+@pytest.mark.parametrize("breakage", ["missing", "malformed", "empty", "nothing",
+                                      "an image folder"])
 def test_cifar_bad_input_names_the_file(cifar10_root: Path, breakage: str) -> None:
     path = cifar10_root / "cifar-10-batches-py" / "test_batch"
     if breakage == "missing":
@@ -359,9 +406,85 @@ def test_cifar_bad_input_names_the_file(cifar10_root: Path, breakage: str) -> No
         path.write_bytes(b"\x80\x04garbage")
     elif breakage == "empty":
         _cifar_batch(path, 0, "labels", 10, 0)
-    else:
+    else:  # no CIFAR folder; an image-folder root has a train/ folder, not CIFAR-100's file
         path = cifar10_root / "elsewhere"
         path.mkdir()
+        if breakage == "an image folder":
+            (path / "train" / "cat").mkdir(parents=True)
     with pytest.raises(NasError) as info:
-        get_task("cifar", root=str(path if breakage == "nothing" else cifar10_root))
+        get_task("cifar", root=str(path if path.is_dir() else cifar10_root))
     _one_line(info, path)
+    if path.is_dir():
+        assert str(info.value).startswith(f"No CIFAR data under '{path}'")
+
+
+@pytest.mark.parametrize("protocol", ["python2", 2, pickle.DEFAULT_PROTOCOL, 5])
+def test_cifar_pickles_load_through_the_restricted_unpickler(tmp_path: Path, protocol) -> None:
+    """The published files (Python 2, numpy 1.x) and copies pickled again by Python 3 (protocol
+    2 spells bytes with ``_codecs.encode``, protocol 5 arrays with ``_frombuffer``)."""
+    base = tmp_path / "cifar-10-batches-py"
+    written = [_cifar_batch(base / f"data_batch_{i}", 2, "labels", 10, i, protocol)
+               for i in range(1, 6)]
+    test = _cifar_batch(base / "test_batch", 3, "labels", 10, 9, protocol)
+    c10 = get_task("cifar", root=str(tmp_path))
+    assert torch.equal(c10.train.images, torch.as_tensor(
+        np.concatenate([b[b"data"] for b in written])).reshape(-1, 3, 32, 32))
+    assert torch.equal(c10.val.images, torch.as_tensor(test[b"data"]).reshape(-1, 3, 32, 32))
+    assert c10.val.labels.tolist() == test[b"labels"]
+
+    base = tmp_path / "c100" / "cifar-100-python"
+    train = _cifar_batch(base / "train", 5, "fine_labels", 100, 1, protocol)
+    _cifar_batch(base / "test", 2, "fine_labels", 100, 2, protocol)
+    c100 = get_task("cifar", root=str(base.parent))
+    assert (c100.geometry.num_outputs, len(c100.train), len(c100.val)) == (100, 5, 2)
+    assert c100.train.labels.tolist() == train[b"fine_labels"]
+
+
+class _Payload:
+    """Pickles as a call of ``func(*args)``: what a crafted dataset file would run on load."""
+
+    def __init__(self, func: Any, *args: Any) -> None:
+        self.func, self.args = func, args
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return self.func, self.args
+
+
+def _payloads(marker: Path) -> dict[str, Any]:
+    touch = f"touch {marker}"
+    return {
+        "os.system": _Payload(os.system, touch),
+        "builtins.eval": _Payload(eval, f"__import__('os').system({touch!r})"),
+        "subprocess.Popen": _Payload(subprocess.Popen, ["touch", str(marker)]),
+    }
+
+
+@pytest.mark.parametrize("kind", ["os.system", "builtins.eval", "subprocess.Popen"])
+@pytest.mark.parametrize("where", ["whole file", "inside the labels"])
+def test_cifar_refuses_a_pickle_that_would_run_code(cifar10_root: Path, tmp_path: Path,
+                                                    kind: str, where: str) -> None:
+    marker = tmp_path / "pwned"
+    payload = _payloads(marker)[kind]
+    path = cifar10_root / "cifar-10-batches-py" / "data_batch_3"
+    batch = {b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, payload]}
+    path.write_bytes(pickle.dumps(payload if where == "whole file" else batch, protocol=2))
+    with pytest.raises(NasError) as info:
+        get_task("cifar", root=str(cifar10_root))
+    _one_line(info, path)
+    assert "refusing to load it" in str(info.value)
+    assert kind.split(".")[1] in str(info.value)  # os.system pickles as posix.system
+    assert not marker.exists()
+
+
+def test_nas_train_on_a_crafted_cifar_file_is_one_line_and_exit_2(cifar10_root: Path,
+                                                                  tmp_path: Path,
+                                                                  capsys) -> None:
+    marker = tmp_path / "pwned"
+    path = cifar10_root / "cifar-10-batches-py" / "test_batch"
+    path.write_bytes(pickle.dumps(_payloads(marker)["os.system"]))
+    code = nas_main(["train", "deit-tiny", "--task", "cifar", "--task-set",
+                     f"root={cifar10_root}", "--epochs", "1"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert f"CIFAR batch '{path}' holds a pickled posix.system" in err
+    assert "Traceback" not in err and not marker.exists()

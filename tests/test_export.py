@@ -11,9 +11,11 @@ import argparse
 import csv
 import dataclasses
 import json
+import os
 import random
 import runpy
 import shlex
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +31,7 @@ from optuna.trial import TrialState
 
 import nas_cli.main as cli_main
 import studies.export._record as record_module
+import studies.export._writer as writer_module
 from nas.config import ArchConfig
 from nas.cost import estimate_cost
 from nas.errors import NasError
@@ -37,7 +40,7 @@ from nas.models import create_model
 from nas.presets import get_preset
 from nas.tasks import TaskGeometry, get_geometry
 from nas.timm_registry import _AfterImportHook, timm_model_args
-from nas_cli.export_cmd import FORMAT_NAMES, register
+from nas_cli.export_cmd import FORMAT_NAMES, export_hint, register
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study, pareto_trials
 from studies.export import FORMATS, export_trials, formats_for, git_commit, trial_record
@@ -84,7 +87,7 @@ def _write_trials(spec: StudySpec, url: str, geometry: TaskGeometry, n: int,
                   checkpoint_dir: Path | None = None) -> None:
     """``n`` completed trials, then a pruned and a constraint-rejected one, as the engine would;
     with ``checkpoint_dir``, each completed trial stores a checkpoint of its (untrained) model."""
-    run = create_study(spec, url)
+    run = create_study(spec, url, geometry=geometry)  # the data need not be here
     rng = random.Random(0)
     costs: dict[str, Any] = {}
     for i in range(n + 2):
@@ -312,7 +315,16 @@ def _tiny_study(name: str, url: str, n: int, checkpoint_dir: Path | None = None)
     study.set_user_attr(StudyKey.GEOMETRY, dataclasses.asdict(TINY_VQA))
 
 
-WEIRD = ".. $(touch PWNED) `touch PWNED` 'q\" ; touch PWNED #"
+WEIRD = "x .. $(touch PWNED) `touch PWNED` 'q\" ; touch PWNED #"
+
+
+def _engine_refuses(name: str) -> bool:
+    try:
+        StudySpec.from_dict({"name": name, "task": "vqa-files", "objectives": OBJECTIVES,
+                             "budget": {"trials": 1}, "space": STUDIES["mcan-vqa"]["space"]})
+    except NasError:
+        return True
+    return False
 
 
 @pytest.mark.parametrize("name", ["..", WEIRD, "../evil"])
@@ -325,7 +337,7 @@ def test_study_names_cannot_write_outside_out(tmp_path, monkeypatch, capsys, nam
                        "--storage", url]) for fmt in ("yaml", "openvqa", "hf-config", "torch")]
     written = [Path(p) for p in capsys.readouterr().out.split("\n") if p]
     assert all(p.resolve().is_relative_to(out.resolve()) for p in written)
-    if "/" in name:  # the engine itself refuses such a study: one line, exit 2, nothing written
+    if _engine_refuses(name):  # one line, exit 2, nothing written
         assert codes == [2] * 4 and sorted(p.name for p in tmp_path.iterdir()) == ["db"]
         return
     assert codes == [0] * 4 and len(written) == 4 * 2  # 1 trial + pareto.csv, 4 formats
@@ -373,19 +385,20 @@ def test_a_failed_write_leaves_the_previous_export(db, tmp_path, monkeypatch) ->
     export_trials("vit-digits", fmt="yaml", out=out, pareto=True, storage_url=db.url)
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert len(before) >= 2
-    write_text, calls = Path.write_text, []
+    write_all, calls = writer_module._write_all, []
 
-    def full_disk(self: Path, *args: Any, **kwargs: Any) -> int:
-        calls.append(self)
+    def full_disk(fd: int, data: bytes) -> None:
+        calls.append(fd)
         if len(calls) == 2:
-            raise OSError(28, "No space left on device", str(self))
-        return write_text(self, *args, **kwargs)
+            raise OSError(28, "No space left on device")
+        write_all(fd, data)
 
-    monkeypatch.setattr(Path, "write_text", full_disk)
+    monkeypatch.setattr(writer_module, "_write_all", full_disk)
     with pytest.raises(NasError, match="No space left on device"):
         export_trials("vit-digits", fmt="yaml", out=out, pareto=True, storage_url=db.url,
                       force=True)
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert len(calls) == 2 and not list(out.rglob(".*.partial"))
 
 
 def test_rejected_and_pruned_trials_export_without_objectives(db, tmp_path) -> None:
@@ -458,3 +471,153 @@ def test_format_names_and_git_commit() -> None:
     assert tuple(FORMATS) == FORMAT_NAMES
     assert git_commit(Path("/")) is None  # not a checkout: no commit, and git is not run
     assert exported_geometry("deit-tiny") is None
+
+
+# ----------------------------------------------------------------------------- planted links
+def _planted(tmp_path: Path) -> tuple[Path, bytes, int]:
+    """A file outside --out that a planted link points at: its path, bytes and mode."""
+    outside = tmp_path / "outside" / "precious.txt"
+    outside.parent.mkdir()
+    outside.write_bytes(b"keep me\n")
+    outside.chmod(0o600)
+    return outside, b"keep me\n", 0o600
+
+
+def _refused(db: SimpleNamespace, capsys: pytest.CaptureFixture[str], out: Path,
+             *args: str) -> str:
+    """Run ``nas export`` expecting a refusal: exit 2, nothing on stdout, one stderr line."""
+    code = nas_main(["export", *args, "--out", str(out), "--storage", db.url])
+    printed, err = capsys.readouterr()
+    assert code == 2 and printed == "", err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+STAGED = [  # (study, arguments, the staging path below --out, for trial number n)
+    ("vit-digits", ["--format", "yaml"], ".trial-{n}.yaml.partial"),
+    ("vit-digits", ["--format", "hf-config"], "trial-{n}/.config.json.partial"),
+    ("ort-captions", ["--format", "acort"], ".trial-{n}.acort.sh.partial"),
+    ("vit-digits", ["--pareto", "--format", "json"], ".pareto.csv.partial"),
+]
+
+
+@pytest.mark.parametrize(("study", "args", "staging"), STAGED)
+@pytest.mark.parametrize("force", [False, True])
+@pytest.mark.parametrize("dangling", [False, True])
+def test_a_link_at_a_staging_path_is_refused(db, tmp_path, capsys, study, args, staging, force,
+                                             dangling) -> None:
+    outside, data, mode = _planted(tmp_path)
+    number = _best(db, study)
+    which = args if "--pareto" in args else ["--trial", str(number), *args]
+    out = tmp_path / "out"
+    link = out / staging.format(n=number)
+    link.parent.mkdir(parents=True)
+    target = outside.with_name("not-yet") if dangling else outside
+    link.symlink_to(target)
+    err = _refused(db, capsys, out, study, *which, *(["--force"] if force else []))
+    assert str(link) in err and "in the way" in err
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert outside.read_bytes() == data and stat.S_IMODE(outside.stat().st_mode) == mode
+    assert not target.exists() if dangling else True
+    assert sorted(p.name for p in outside.parent.iterdir()) == ["precious.txt"]
+    assert [p for p in out.rglob("*") if not p.is_dir()] == [link]  # nothing written
+
+
+def test_a_file_at_a_staging_path_is_refused(db, tmp_path, capsys) -> None:
+    number = _best(db, "vit-digits")
+    planted = tmp_path / f".trial-{number}.yaml.partial"
+    planted.write_text("someone else's")
+    err = _refused(db, capsys, tmp_path, "vit-digits", "--trial", str(number), "--format", "yaml")
+    assert str(planted) in err and planted.read_text() == "someone else's"
+    assert not (tmp_path / f"trial-{number}.yaml").exists()
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_link_at_a_target_is_refused_even_with_force(db, tmp_path, capsys, force) -> None:
+    outside, data, mode = _planted(tmp_path)
+    number = _best(db, "vit-digits")
+    out = tmp_path / "out"
+    out.mkdir()
+    link = out / f"trial-{number}.yaml"
+    link.symlink_to(outside)
+    err = _refused(db, capsys, out, "vit-digits", "--trial", str(number), "--format", "yaml",
+                   *(["--force"] if force else []))
+    assert str(link) in err and "symbolic link" in err and "even with --force" in err
+    assert link.is_symlink() and os.readlink(link) == str(outside)
+    assert outside.read_bytes() == data and stat.S_IMODE(outside.stat().st_mode) == mode
+    assert sorted(p.name for p in out.iterdir()) == [link.name]
+
+
+def test_a_linked_trial_folder_is_refused(db, tmp_path, capsys) -> None:
+    """hf-config writes ``trial-<N>/config.json``: a link planted as ``trial-<N>`` would
+    lead outside --out."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    number = _best(db, "vit-digits")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / f"trial-{number}").symlink_to(elsewhere, target_is_directory=True)
+    err = _refused(db, capsys, out, "vit-digits", "--trial", str(number), "--format",
+                   "hf-config", "--force")
+    assert str(out / f"trial-{number}") in err
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize(("fmt", "planted"), [("yaml", ".trial-{n}.yaml.partial"),
+                                              ("hf-config", "trial-{n}")])
+def test_a_link_planted_after_the_checks_is_still_refused(db, tmp_path, capsys, monkeypatch,
+                                                          fmt, planted) -> None:
+    """The exclusive, no-follow opens themselves refuse a link that appears between the checks
+    and the writes."""
+    outside, data, mode = _planted(tmp_path)
+    number = _best(db, "vit-digits")
+    out = tmp_path / "out"
+    check = writer_module._check_target
+
+    def check_then_plant(out_dir: Path, parts: tuple[str, ...]) -> bool:
+        exists = check(out_dir, parts)
+        out_dir.mkdir(exist_ok=True)
+        (out_dir / planted.format(n=number)).symlink_to(
+            outside if fmt == "yaml" else outside.parent)
+        return exists
+
+    monkeypatch.setattr(writer_module, "_check_target", check_then_plant)
+    err = _refused(db, capsys, out, "vit-digits", "--trial", str(number), "--format", fmt)
+    assert str(out / planted.format(n=number)) in err
+    assert outside.read_bytes() == data and stat.S_IMODE(outside.stat().st_mode) == mode
+    assert sorted(p.name for p in outside.parent.iterdir()) == ["precious.txt"]
+
+
+def test_exported_files_are_regular_files_with_their_modes(db, tmp_path, capsys) -> None:
+    number = _best(db, "ort-captions")
+    umask = os.umask(0o022)
+    try:
+        for fmt in ("acort", "yaml", "hf-config"):
+            _export(db, tmp_path, "ort-captions", "--trial", str(number), "--format", fmt)
+    finally:
+        os.umask(umask)
+    capsys.readouterr()
+    modes = {p.relative_to(tmp_path).as_posix(): stat.S_IMODE(p.lstat().st_mode)
+             for p in tmp_path.rglob("*") if p.is_file()}
+    assert modes == {f"trial-{number}.acort.sh": 0o755, f"trial-{number}.yaml": 0o644,
+                     f"trial-{number}/config.json": 0o644}
+
+
+# ----------------------------------------------------------------------------- the export hint
+@pytest.mark.parametrize("name", ["my study", "it's $(touch PWNED); `touch PWNED` #", "-dash"])
+def test_the_export_hint_is_shell_quoted_and_runs(tmp_path, monkeypatch, capsys, name) -> None:
+    (tmp_path / "db dir").mkdir()
+    url = f"sqlite:///{tmp_path / 'db dir' / 'a&b.db'}"
+    _tiny_study(name, url, n=1)
+    hint = export_hint(name, url)
+    assert shlex.quote(name) in hint and shlex.quote(url) in hint
+    words = shlex.split(hint)
+    assert words[:2] == ["nas", "export"] and name in words and url in words
+    monkeypatch.chdir(tmp_path)
+    done = subprocess.run(["sh", "-c", f"set -- {hint}; printf '%s\\n' \"$@\""],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == words  # the shell splits it into exactly these words
+    assert nas_main(words[1:]) == 0
+    written = capsys.readouterr().out.split("\n")
+    assert written[:2] == ["exported/trial-0.yaml", "exported/pareto.csv"]
+    assert not (tmp_path / "PWNED").exists()
