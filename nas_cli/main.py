@@ -134,13 +134,15 @@ def _print_front(name: str, storage: str | None) -> None:
 
 
 def _after_run(name: str, storage: str | None) -> None:
+    import shlex
+
+    from nas_cli.export_cmd import export_hint
     from studies import resolve_storage_url
 
     _print_front(name, storage)
     url = resolve_storage_url(storage)
-    print(f"\nOpen the dashboard: nas dashboard --storage {url}")
-    print(f"Export the front:   nas export {name} --pareto --format yaml --out exported/ "
-          f"--storage {url}")
+    print(f"\nOpen the dashboard: {shlex.join(['nas', 'dashboard', '--storage', url])}")
+    print(f"Export the front:   {export_hint(name, url)}")
 
 
 def _space_label(space: Any) -> str:
