@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from nas.errors import ConfigError
-from nas.sharing import canonical_pattern, format_pattern, parse_pattern
+from nas.sharing import MAX_PATTERN_LENGTH, canonical_pattern, format_pattern, parse_pattern
 
 __all__ = [
     "FAMILIES",
+    "LIMITS",
+    "MAX_STAGES",
     "ArchConfig",
     "AttentionSharing",
     "Family",
@@ -53,6 +55,32 @@ _FAMILY_KEYS: dict[str, tuple[str, ...]] = {
 }
 # Families whose networks contain cross-attention (``qv`` sharing cannot apply there).
 _HAS_CROSS_ATTENTION = ("mcan", "ort", "lxmert")
+
+# Upper limits of the size knobs, checked on construction, before anything is allocated: a typo
+# (`d_model: 51200000`, `encoder_layers: 10000000`) must be refused, not turned into a network
+# that fills memory. They are one source of truth: search spaces check every bound they can draw
+# against them. Generous: the widest stage of any paper-scale network here is 1536 (Swin-L's
+# last stage; LXMERT and DeiT-B are 768 wide) with 48 heads, and the deepest stack has 32 layers
+# (ViT-H); d_model 8192 with 128 layers per stack is five times and four times past that.
+LIMITS: dict[str, int] = {
+    "d_model": 8192,
+    "d_ff": 32768,  # 4 x d_model
+    "heads": 256,
+    "groups": 256,  # groups divides heads (swin: the width), so at most the heads' limit
+    "qk_multiplier": 16,  # the papers use 3
+    "encoder_layers": MAX_PATTERN_LENGTH,  # 128: each stack's executed depth
+    "decoder_layers": MAX_PATTERN_LENGTH,
+    "language_layers": MAX_PATTERN_LENGTH,
+    "vision_layers": MAX_PATTERN_LENGTH,
+    "cross_layers": MAX_PATTERN_LENGTH,
+    "depths": MAX_PATTERN_LENGTH,  # swin: blocks over all stages
+    "radix_base": 100_000,  # past every word vocabulary in use (COCO 10,001; VQA 20,572)
+    "patch_size": 128,  # ViTs use 4 to 32
+    "window_size": 64,  # Swin uses 7 to 24
+}
+#: swin: at most this many stages; stage i is ``d_model * 2**i`` wide, and the widest stage must
+#: still obey the d_model, d_ff and heads limits.
+MAX_STAGES = 8
 
 _INT_KEYS = (
     "d_model", "d_ff", "heads", "encoder_layers", "decoder_layers", "language_layers",
@@ -132,6 +160,8 @@ class ArchConfig:
                 raise ConfigError(f"`{key}` must be an integer, but got {key}={value!r}.")
             if value < 1:
                 raise ConfigError(f"`{key} >= 1` must hold, but got {key}={value}.")
+            if value > LIMITS[key]:
+                raise ConfigError(f"`{key} <= {LIMITS[key]}` must hold, but got {key}={value}.")
         for key in _BOOL_KEYS:
             value = getattr(self, key)
             if not isinstance(value, bool):
@@ -149,8 +179,26 @@ class ArchConfig:
             raise ConfigError(
                 f"`depths` must be a non-empty list of integers >= 1, but got {self.depths!r}."
             )
+        if self.depths is not None:
+            self._check_stages(self.depths)
         if self.radix_base is not None and self.radix_base < 2:
             raise ConfigError(f"`radix_base >= 2` must hold, but got radix_base={self.radix_base}.")
+
+    def _check_stages(self, depths: tuple[int, ...]) -> None:
+        if len(depths) > MAX_STAGES:
+            raise ConfigError(f"`len(depths) <= {MAX_STAGES}` must hold, but got "
+                              f"{len(depths)} stages.")
+        if sum(depths) > LIMITS["depths"]:
+            raise ConfigError(f"`sum(depths) <= {LIMITS['depths']}` must hold, but got "
+                              f"depths={list(depths)}.")
+        scale = 2 ** (len(depths) - 1)  # the last stage is this many times wider
+        for key in ("d_model", "d_ff", "heads"):
+            value = getattr(self, key)
+            if value * scale > LIMITS[key]:
+                raise ConfigError(
+                    f"`{key} * 2**(len(depths) - 1) <= {LIMITS[key]}` must hold (the last "
+                    f"stage's {key}), but got {key}={value} with {len(depths)} stages."
+                )
 
     def _check_family_keys(self) -> None:
         for key, families in _FAMILY_KEYS.items():

@@ -14,6 +14,7 @@ from nas.errors import ConfigError
 __all__ = [
     "DEFAULT_TASK",
     "GEOMETRIES",
+    "GEOMETRY_LIMITS",
     "TaskGeometry",
     "TaskKind",
     "check_task_fits",
@@ -21,6 +22,22 @@ __all__ = [
 ]
 
 TaskKind = Literal["vqa", "caption", "image"]
+_KINDS = ("vqa", "caption", "image")
+
+#: Upper limits of the sizes a geometry (and so a task's options) may have, checked before a
+#: model or data is built. Generous: ImageNet-21k has 21,841 classes, VQA v2 a 20,572-word
+#: question vocabulary, CLEVR 43-token questions, bottom-up features 100 regions x 2048-d (grid
+#: features 32 x 32 = 1024 regions), ViTs are trained at 224 to 518 pixels.
+GEOMETRY_LIMITS: dict[str, int] = {
+    "num_outputs": 1_000_000,
+    "question_tokens": 512,
+    "question_vocab": 1_000_000,
+    "regions": 1024,
+    "region_dim": 8192,
+    "caption_words": 512,
+    "image_size": 1024,
+    "in_chans": 16,
+}
 
 
 @dataclass(frozen=True)
@@ -49,6 +66,21 @@ class TaskGeometry:
     caption_words: int = 0
     image_size: int = 0
     in_chans: int = 3
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise ConfigError(f"A task geometry's `name` must be a string, but got {self.name!r}.")
+        if self.kind not in _KINDS:
+            raise ConfigError(f"A task geometry's `kind` must be one of {list(_KINDS)}, but got "
+                              f"{self.kind!r}.")
+        for key, limit in GEOMETRY_LIMITS.items():
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"Task geometry `{key}` must be an integer, but got "
+                                  f"{key}={value!r}.")
+            if not 0 <= value <= limit:
+                raise ConfigError(f"`0 <= {key} <= {limit}` must hold for task {self.name!r}, "
+                                  f"but got {key}={value}.")
 
 
 GEOMETRIES: dict[str, TaskGeometry] = {

@@ -2,19 +2,27 @@
 
 Validation is static: it proves, before any trial runs, that every combination the space can
 draw is a valid ``ArchConfig`` (e.g. every listed ``groups`` choice divides every width the space
-can produce). Messages name the offending key or choice; the caller prefixes the space's name.
+can produce, and every width stays within ``nas.config.LIMITS``). The ends of every range are
+checked against those limits first, so ``{low: 1, high: 1e9}`` is refused without walking the
+values in between. Messages name the offending key or choice; the caller prefixes the space's
+name.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from nas.config import ArchConfig, stack_depths
+from nas.config import LIMITS, ArchConfig, stack_depths
 from nas.errors import ConfigError
 from nas.sharing import parse_pattern
-from search_spaces._distributions import Distribution, Numeric, parse_distribution
+from search_spaces._distributions import (
+    Choice,
+    Distribution,
+    Numeric,
+    parse_distribution,
+)
 from search_spaces._knobs import (
     ARCH_ORDER,
     BOOL_KNOBS,
@@ -31,10 +39,24 @@ from search_spaces._knobs import (
 )
 from search_spaces._schemes import SCHEMES
 
-__all__ = ["check_arch", "depth_label", "parse_arch", "parse_train"]
+__all__ = ["check_arch", "depth_label", "ends", "parse_arch", "parse_train"]
 
 _MAX_WIDTH_COMBOS = 1_000_000
 _CROSS_FAMILIES = ("mcan", "ort", "lxmert")
+# The limit of each integer knob: a config key's own, a derived knob's that of the width it
+# multiplies into (the product is checked for every draw by _check_widths).
+_KNOB_LIMITS: dict[str, int] = {
+    **{key: LIMITS[key] for key in INT_KNOBS if key in LIMITS},
+    "radix_base": LIMITS["radix_base"],
+    "heads_per_group": LIMITS["heads"],
+    "head_dim": LIMITS["d_model"],
+    "ffn_ratio": LIMITS["d_ff"],
+}
+
+
+def ends(dist: Distribution) -> Sequence[Any]:
+    """The values that bound ``dist``: every choice, or a range's low and high."""
+    return dist.values() if isinstance(dist, Choice) else (dist.low, dist.high)
 
 
 def depth_label(depths: Iterable[int]) -> str:
@@ -94,7 +116,7 @@ def parse_train(raw: Any) -> dict[str, Distribution]:
             raise ConfigError(f"Unknown train key {key!r}; valid keys are {sorted(fields)}.")
         tp, _ = fields[key]
         dist = parse_distribution(f"train.{key}", spec, numeric_kind(tp))
-        for value in dist.values():
+        for value in ends(dist):
             if not accepts(tp, value):
                 kind = str(tp).replace("typing.", "")
                 raise ConfigError(f"train.{key} cannot take {value!r}: it must be {kind}.")
@@ -103,7 +125,7 @@ def parse_train(raw: Any) -> dict[str, Distribution]:
         from trainers.loop import TrainConfig  # loaded by train_fields() already
 
         for key, dist in out.items():
-            for value in dist.values():
+            for value in ends(dist):  # the trainer's limits are ranges: the ends suffice
                 overrides: dict[str, Any] = {key: value}
                 try:
                     TrainConfig(**overrides)  # the trainer's own rules (lr > 0, ...)
@@ -112,8 +134,26 @@ def parse_train(raw: Any) -> dict[str, Distribution]:
     return out
 
 
-def _values(arch: Mapping[str, Distribution], key: str, default: Any) -> tuple[Any, ...]:
+def _values(arch: Mapping[str, Distribution], key: str, default: Any) -> Sequence[Any]:
     return arch[key].values() if key in arch else (default,)
+
+
+def _check_limits(arch: Mapping[str, Distribution]) -> None:
+    """Every integer knob's choices, or its range's ends, within ``1..limit``: checked before
+    anything walks a range's values."""
+    for key, dist in arch.items():
+        limit = _KNOB_LIMITS.get(key)
+        if limit is None:
+            continue
+        low = 2 if key == "radix_base" else 1
+        for value in ends(dist):
+            if value is None and key == "radix_base":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"arch.{key} values must be integers, but got {value!r}.")
+            if not low <= value <= limit:
+                raise ConfigError(f"arch.{key}: `{low} <= {key} <= {limit}` must hold for every "
+                                  f"value the space can draw, but it can draw {value}.")
 
 
 def _check_types(base: ArchConfig, arch: Mapping[str, Distribution]) -> None:
@@ -177,6 +217,10 @@ def _check_widths(base: ArchConfig, arch: Mapping[str, Distribution]) -> None:
             "the width ranges allow too many combinations to verify; use `choices` or a `step` "
             "for groups, heads, d_model and d_ff."
         )
+    # swin: stage i is 2**i times as wide (and has 2**i times the heads) as the first
+    stages = [len(str(c).split(",")) for c in _values(arch, "depths", depth_label(base.depths))
+              ] if base.depths is not None else [1]
+    scale = 2 ** (max(stages) - 1)
     good = []
     first_bad: tuple[int, str] | None = None
     for g in groups:
@@ -185,6 +229,13 @@ def _check_widths(base: ArchConfig, arch: Mapping[str, Distribution]) -> None:
             h = g * hs if "heads_per_group" in arch else hs
             d = h * ds if "head_dim" in arch else ds
             ff = d * fs if "ffn_ratio" in arch else fs
+            for key, value in (("heads", h), ("d_model", d), ("d_ff", ff)):
+                if value * scale > LIMITS[key]:
+                    widest = f" in its last stage ({max(stages)} stages)" if scale > 1 else ""
+                    raise ConfigError(
+                        f"the space can draw {key}={value * scale}{widest} (groups={g}, "
+                        f"heads={h}, d_model={d}), but `{key} <= {LIMITS[key]}` must hold."
+                    )
             for rule, ok, vals in (
                 ("d_model % heads == 0", d % h == 0, f"d_model={d}, heads={h}"),
                 ("heads % groups == 0", h % g == 0, f"heads={h}, groups={g}"),
@@ -268,6 +319,7 @@ def _check_dead_knobs(base: ArchConfig, arch: Mapping[str, Distribution]) -> Non
 
 def check_arch(base: ArchConfig, arch: Mapping[str, Distribution]) -> None:
     """Raise ``ConfigError`` unless every draw from ``arch`` over ``base`` is a valid config."""
+    _check_limits(arch)
     _check_types(base, arch)
     _check_exclusive(arch)
     _check_widths(base, arch)

@@ -8,13 +8,15 @@ Written in YAML as one of::
     {low: 0.0, high: 0.3, step: 0.05}
 
 Each distribution draws its value with one ``trial.suggest_*`` call, so Optuna records it as an
-ordinary parameter.
+ordinary parameter. Numbers must be finite; a range of integers is never materialised
+(``IntRange.values()`` is a ``range``), and the space checks its ends against the config's
+limits before it looks at the values in between.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -49,7 +51,7 @@ class Choice:
 
     choices: tuple[Any, ...]
 
-    def values(self) -> tuple[Any, ...]:
+    def values(self) -> Sequence[Any]:
         return self.choices
 
     def contains(self, value: Any) -> bool:
@@ -79,8 +81,8 @@ class IntRange:
     step: int = 1
     log: bool = False
 
-    def values(self) -> tuple[int, ...]:
-        return tuple(range(self.low, self.high + 1, self.step))
+    def values(self) -> Sequence[int]:
+        return range(self.low, self.high + 1, self.step)  # lazy: len() and [i] are O(1)
 
     def contains(self, value: Any) -> bool:
         return (
@@ -117,7 +119,7 @@ class FloatRange:
     step: float | None = None
     log: bool = False
 
-    def values(self) -> tuple[float, ...]:
+    def values(self) -> Sequence[float]:
         return (self.low, self.high)
 
     def contains(self, value: Any) -> bool:
@@ -165,6 +167,8 @@ def _number(where: str, value: Any) -> int | float:
             pass
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{where} must be a number, but got {value!r}.")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where} must be a finite number, but got {value}.")
     return value
 
 
@@ -193,6 +197,8 @@ def parse_distribution(where: str, raw: Any, numeric: Numeric) -> Distribution:
                     f"{where}.choices must hold scalars (null, bool, number or string), but got "
                     f"{c!r}."
                 )
+            if isinstance(c, float) and not math.isfinite(c):
+                raise ConfigError(f"{where}.choices must hold finite numbers, but got {c}.")
             if any(same_value(c, d) for d in choices[:i]):
                 raise ConfigError(f"{where}.choices lists {_fmt(c)} twice.")
         return Choice(tuple(choices))

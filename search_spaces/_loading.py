@@ -7,10 +7,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from nas.errors import ConfigError
-from nas.loading import read_mapping
+from nas.loading import load_yaml, read_mapping
 from search_spaces._space import SearchSpace
 
 __all__ = ["list_spaces", "load_space"]
@@ -26,7 +24,7 @@ def list_spaces() -> list[str]:
 
 def _shipped(name: str) -> dict[str, Any]:
     text = resources.files(__package__ or "search_spaces").joinpath(f"{name}.yaml").read_text()
-    data = yaml.safe_load(text)
+    data = load_yaml(text)
     if not isinstance(data, dict):  # a packaging mistake, not user input
         raise ConfigError(f"Shipped search space {name!r} does not hold a mapping.")
     return data

@@ -111,12 +111,29 @@ def test_config_file(tmp_path) -> None:
         ({"layer_sharing": {"vision": "(0x6)"}}, "'vision'"),
         ({"depths": [2, 2]}, "does not apply"),
         ({"colour": "red"}, "Unknown architecture key 'colour'"),
+        ({"d_model": 8192 * 2}, "`d_model <= 8192` must hold, but got d_model=16384"),
+        ({"encoder_layers": 10**7}, "`encoder_layers <= 128`"),
+        ({"layer_sharing": "(0x1000000000)"}, "expands to 1000000000 depths"),
+        ({"layer_sharing": "(" + "0," * 2000 + "0)"}, "at most 1024 characters"),
     ],
 )
 def test_invalid_configs_name_value_and_rule(changes: dict, fragment: str) -> None:
     with pytest.raises(ConfigError, match=None) as info:
         ArchConfig.from_dict({**PRESETS["mcan-small"], **changes})
     assert fragment in str(info.value)
+
+
+def test_limits_leave_room_past_every_paper_scale_model() -> None:
+    from nas.config import LIMITS
+
+    # the widest: Swin-L's last stage (192 x 8 = 1536 wide, 48 heads); the deepest: ViT-H (32)
+    assert get_preset("swin-tiny").replace(d_model=192, d_ff=768, heads=6,
+                                           depths=[2, 2, 18, 2]).stacks == {}
+    assert get_preset("deit-base").replace(encoder_layers=32, d_model=1280, heads=16,
+                                           d_ff=5120).encoder_layers == 32
+    assert ArchConfig.from_dict({**PRESETS["mcan-small"], "layer_sharing": {"encoder": "(0x128)"},
+                                 "encoder_layers": LIMITS["encoder_layers"]}).stacks == {
+        "encoder": 128, "decoder": 6}
 
 
 def test_swin_rejects_layer_sharing_and_radix() -> None:

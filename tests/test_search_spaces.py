@@ -224,6 +224,12 @@ def test_load_space_from_files_and_mappings(tmp_path: Path) -> None:
     ({"train": {"lr": {"low": 0.0, "high": 1.0e-2, "log": True}}}, "needs `low > 0`"),
     ({"train": {"optimizer": {"choices": ["adam", "sgd"]}}}, "cannot take 'sgd'"),
     ({"train": {"batch_size": {"low": 8.5, "high": 64}}}, "must be an integer"),
+    ({"arch": {"d_model": {"low": 64, "high": "1e9"}}}, "`1 <= d_model <= 8192`"),
+    ({"arch": {"decoder_layers": {"choices": [6, 100_000]}}}, "decoder_layers <= 128"),
+    ({"arch": {"head_dim": {"low": 8, "high": 8192}}}, "`d_model <= 8192` must hold"),
+    ({"arch": {"groups": {"low": 1, "high": float("inf")}}}, "finite"),
+    ({"train": {"batch_size": {"low": 8, "high": "1e9"}}}, "`batch_size <= 65536`"),
+    ({"train": {"lr": {"choices": [1e-3, float("nan")]}}}, "finite"),
 ])
 def test_bad_spaces_are_one_line_errors(changes: dict[str, Any], named: str) -> None:
     with pytest.raises(ConfigError) as info:

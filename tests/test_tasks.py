@@ -55,6 +55,12 @@ def test_list_tasks_names_builtins_and_file_formats() -> None:
         ("digits", {"in_chans": 2}, "in_chans=2"),
         ("image-folder", {}, "'root'"),
         ("coco-files", {"train_splits": "train"}, "train_splits='train'"),
+        ("digits", {"image_size": 100_000}, "must be <= 1024"),
+        ("digits", {"seed": 2**32}, "must be <= 4294967295"),
+        ("synthetic-vqa", {"train_size": 10**9}, "must be <= 10000000"),
+        ("synthetic-vqa", {"noise": float("inf")}, "finite"),
+        ("synthetic-vqa", {"train_size": 10**7, "region_dim": 8192}, "would generate about"),
+        ("vqa-files", {"max_regions": 4096}, "must be <= 1024"),
     ],
 )
 def test_bad_task_or_option_is_a_config_error_naming_it(

@@ -218,9 +218,20 @@ def test_lr_sqrt_groups_scales_the_base_rate_by_sqrt_k(
 def test_training_settings_are_checked_and_yaml_style_numbers_read() -> None:
     assert TrainConfig.from_dict({"lr": "1e-3", "grad_clip": None}).lr == 1e-3  # YAML 1.1 string
     for bad in ({"amp": "yes"}, {"dropout": 1.0}, {"seed": -1}, {"max_steps_per_epoch": 0},
-                {"epochs": True}, {"schedule": "step"}, {"no_such_key": 1}):
+                {"epochs": True}, {"schedule": "step"}, {"no_such_key": 1}, {"seed": 2**32},
+                {"lr": "nan"}, {"weight_decay": float("inf")}, {"batch_size": 10**6},
+                {"epochs": 10**6}, {"device": "cuda:x"}, {"grad_clip": float("nan")}):
         with pytest.raises(ConfigError, match=next(iter(bad))):
             TrainConfig.from_dict(bad)
+
+
+def test_a_device_that_is_not_there_is_refused_naming_those_that_are() -> None:
+    from trainers.loop import available_devices, select_device
+
+    assert select_device("cpu").type == "cpu" and "cpu" in available_devices()
+    with pytest.raises(ConfigError, match=r"device='cuda:64' is not available here; the devices "
+                                          r"are \['cpu'"):
+        select_device("cuda:64")
 
 
 def test_quick_defaults_are_valid_training_configs() -> None:

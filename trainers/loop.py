@@ -11,6 +11,7 @@ import inspect
 import itertools
 import math
 import random
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
@@ -26,12 +27,14 @@ from torch.utils.data import DataLoader
 from nas.config import ArchConfig
 from nas.cost import model_cost
 from nas.errors import ConfigError
+from nas.memory import check_training_memory
 from nas.models import FamilyModel, create_model
 from nas.radix import RadixTokenizer, WordTokenizer, tokenizer_from_dict
 from trainers.tasks import TaskData, collate
 from trainers.tasks.metrics import bleu4, cider_d
 
 __all__ = [
+    "TRAIN_LIMITS",
     "EpochReport",
     "TrainConfig",
     "TrainResult",
@@ -43,9 +46,38 @@ __all__ = [
 ]
 
 
+# Ranges of the numeric settings (null is allowed where the annotation says so); every number
+# must also be finite. The upper limits refuse typos before anything is allocated or a run is
+# scheduled that cannot end: a seed must fit numpy's 32 bits, and a batch larger than 65,536 or
+# a decode longer than 1,024 tokens is past any setting in the papers (ImageNet ViTs train at
+# batch 1,024 to 4,096). The learning rate has no upper limit: a diverging run is a result
+# (status failed), not a crash.
+TRAIN_LIMITS: dict[str, tuple[float, float]] = {
+    "epochs": (1, 10_000),
+    "batch_size": (1, 65_536),
+    "eval_batch_size": (1, 65_536),
+    "max_decode_len": (1, 1024),
+    "max_steps_per_epoch": (1, 10_000_000),
+    "seed": (0, 2**32 - 1),
+    "lr": (0.0, math.inf),  # lr > 0: the lower end is open
+    "weight_decay": (0.0, math.inf),
+    "warmup_epochs": (0.0, 10_000.0),
+    "grad_clip": (0.0, math.inf),  # > 0; null turns clipping off
+    "dropout": (0.0, 1.0),  # 1 is open: nothing would reach the next layer
+}
+_OPEN_LOW = ("lr", "grad_clip")
+_OPEN_HIGH = ("dropout",)
+# "auto", "cpu", "cuda" or "cuda:N", "mps"; whether the device exists is checked by select_device
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d{1,3})?")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    """How to train one architecture (the proxy fidelity of a trial)."""
+    """How to train one architecture (the proxy fidelity of a trial).
+
+    Numbers must be finite and within ``TRAIN_LIMITS``; ``device`` is ``auto`` (CUDA when
+    present, else CPU), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+    """
 
     epochs: int = 5
     batch_size: int = 64
@@ -67,16 +99,22 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             _check_type(f.name, getattr(self, f.name), str(f.type))
-        for key in ("epochs", "batch_size", "eval_batch_size", "max_decode_len",
-                    "max_steps_per_epoch", "lr", "grad_clip"):
+        for key, (low, high) in TRAIN_LIMITS.items():
             value = getattr(self, key)
-            if value is not None and not value > 0:
-                raise ConfigError(f"`{key} > 0` must hold, but got {key}={value}.")
-        for key in ("weight_decay", "warmup_epochs", "seed"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"`{key} >= 0` must hold, but got {key}={getattr(self, key)}.")
-        if not 0 <= self.dropout < 1:
-            raise ConfigError(f"`0 <= dropout < 1` must hold, but got dropout={self.dropout}.")
+            if value is None:
+                continue
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"Training key `{key}` must be a finite number, but got "
+                                  f"{key}={value}.")
+            if not (value > low if key in _OPEN_LOW else value >= low):
+                rule = f"{key} {'>' if key in _OPEN_LOW else '>='} {_fmt(low)}"
+                raise ConfigError(f"`{rule}` must hold, but got {key}={value}.")
+            if not (value < high if key in _OPEN_HIGH else value <= high):
+                rule = f"{key} {'<' if key in _OPEN_HIGH else '<='} {_fmt(high)}"
+                raise ConfigError(f"`{rule}` must hold, but got {key}={value}.")
+        if not _DEVICE.fullmatch(self.device):
+            raise ConfigError(f"Training key `device` must be 'auto', 'cpu', 'cuda', 'cuda:N' or "
+                              f"'mps', but got device={self.device!r}.")
         if self.optimizer not in ("adam", "adamw"):
             raise ConfigError(f"`optimizer` must be 'adam' or 'adamw', got {self.optimizer!r}.")
         if self.schedule not in ("cosine", "linear", "constant"):
@@ -117,6 +155,10 @@ def _check_type(key: str, value: Any, annotation: str) -> None:
     if not isinstance(value, types) or (isinstance(value, bool) and kind != "bool"):
         raise ConfigError(f"Training key `{key}` must be {noun}{' or null' if optional else ''}, "
                           f"but got {key}={value!r}.")
+
+
+def _fmt(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
 
 
 def _number(value: Any) -> Any:
@@ -192,10 +234,34 @@ def learning_rate(step: int, total: int, warmup: int, base: float, schedule: str
     return base * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
+def available_devices() -> list[str]:
+    """The devices this process can train on: ``cpu``, then ``cuda:N`` and ``mps`` if present."""
+    devices = ["cpu"]
+    if torch.cuda.is_available():
+        devices += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if torch.backends.mps.is_available():
+        devices.append("mps")
+    return devices
+
+
 def select_device(name: str = "auto") -> torch.device:
-    """CUDA when available (``auto``), else CPU; an explicit name is used as given."""
+    """CUDA when available (``auto``), else CPU; an explicit name must be a device that exists.
+
+    Raises:
+        ConfigError: ``name`` is not a device name, or names a device this machine lacks (the
+            message lists the devices there are).
+    """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not _DEVICE.fullmatch(name):
+        raise ConfigError(f"`device` must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', but got "
+                          f"device={name!r}.")
+    kind, _, index = name.partition(":")
+    wanted = f"cuda:{int(index or 0)}" if kind == "cuda" else kind
+    there = available_devices()
+    if wanted not in there:  # checked before torch parses it ("cuda:200" would wrap around)
+        raise ConfigError(f"device={name!r} is not available here; the devices are {there} "
+                          "(or use device: auto).")
     return torch.device(name)
 
 
@@ -289,8 +355,11 @@ def train(
     status ``failed`` and the reason, instead of wasting the budget. ``progress`` wraps the
     batch iterator (a progress bar) when given.
     """
-    seed_everything(cfg.seed)
     device = select_device(cfg.device)
+    # Bounds before allocation: estimated on the meta device, refused when it cannot fit.
+    check_training_memory(config, data.geometry, cfg.batch_size, device,
+                          eval_batch_size=cfg.eval_batch_size)
+    seed_everything(cfg.seed)
     kind = data.geometry.kind
     model = create_model(config, data.geometry, device=device)
     if cfg.dropout != 0.1:

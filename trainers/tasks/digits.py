@@ -11,6 +11,9 @@ training class (about 0.10).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -21,7 +24,21 @@ from nas.errors import ConfigError
 from nas.tasks import TaskGeometry
 from trainers.tasks.data import TaskData, TensorDataset, majority_chance
 
-__all__ = ["build"]
+__all__ = ["IMAGES", "build", "generated_bytes"]
+
+IMAGES = 1797  # in sklearn's bundled copy
+
+
+def generated_bytes(options: Mapping[str, Any]) -> tuple[int, str]:
+    """Bytes ``build`` holds at its peak for ``options`` (checked before it runs), and how.
+
+    The upsampled float32 images exist twice with one channel (interpolated, normalised), then
+    twice with ``in_chans`` (expanded, split).
+    """
+    size, chans = options["image_size"], options["in_chans"]
+    return (IMAGES * size * size * 4 * (2 + 2 * chans),
+            f"{IMAGES} images x image_size^2 x 4 B x (2 + 2 x in_chans) with "
+            f"image_size={size}, in_chans={chans}")
 
 
 def build(

@@ -4,30 +4,58 @@ Each task is built by one function of keyword-only options (its module documents
 file formats it reads). Options are checked here, once, against that function's signature: an
 unknown option, a missing required one, or a value of the wrong type or range is a
 ``ConfigError`` that names it. Task modules are imported only when their task is built.
+
+Bounds before allocation: every numeric option has a range (``OPTION_LIMITS``; the sizes a model
+sees take ``nas.tasks.GEOMETRY_LIMITS``), numbers must be finite, and a task that generates its
+data in memory (the synthetic tasks, ``digits``) estimates the bytes it would generate, refused
+when more than the host has available, all before a single item is made.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from nas.errors import ConfigError
+from nas.tasks import GEOMETRY_LIMITS
 from trainers.tasks.data import TaskData
 
-__all__ = ["check_task", "get_task", "list_tasks", "task_options"]
+__all__ = ["OPTION_LIMITS", "check_task", "get_task", "list_tasks", "task_options"]
 
-# task name -> (module, builder function)
-_TASKS: dict[str, tuple[str, str]] = {
-    "synthetic-vqa": ("trainers.tasks.synthetic_vqa", "build"),
-    "synthetic-captions": ("trainers.tasks.synthetic_captions", "build"),
-    "digits": ("trainers.tasks.digits", "build"),
-    "vqa-files": ("trainers.tasks.vqa_files", "build"),
-    "coco-files": ("trainers.tasks.coco_files", "build"),
-    "image-folder": ("trainers.tasks.images", "build_image_folder"),
-    "cifar": ("trainers.tasks.images", "build_cifar"),
+# task name -> (module, builder function, the module's estimate of the bytes the builder
+# generates in memory from its options, if it generates data)
+_TASKS: dict[str, tuple[str, str, str | None]] = {
+    "synthetic-vqa": ("trainers.tasks.synthetic_vqa", "build", "generated_bytes"),
+    "synthetic-captions": ("trainers.tasks.synthetic_captions", "build", "generated_bytes"),
+    "digits": ("trainers.tasks.digits", "build", "generated_bytes"),
+    "vqa-files": ("trainers.tasks.vqa_files", "build", None),
+    "coco-files": ("trainers.tasks.coco_files", "build", None),
+    "image-folder": ("trainers.tasks.images", "build_image_folder", None),
+    "cifar": ("trainers.tasks.images", "build_cifar", None),
+}
+
+#: The largest value of each numeric option, whichever task has it. Sizes a model sees take the
+#: geometry's limits; dataset sizes allow all of VQA v2 (443,757 training questions) or GQA's
+#: balanced split (943,000) ten times over; seeds must fit numpy's and scikit-learn's 32 bits.
+OPTION_LIMITS: dict[str, float] = {
+    "seed": 2**32 - 1,
+    "train_size": 10_000_000,
+    "val_size": 10_000_000,
+    "region_dim": GEOMETRY_LIMITS["region_dim"],
+    "max_regions": GEOMETRY_LIMITS["regions"],
+    "max_tokens": GEOMETRY_LIMITS["question_tokens"],
+    "max_words": GEOMETRY_LIMITS["caption_words"],
+    "image_size": GEOMETRY_LIMITS["image_size"],
+    "in_chans": GEOMETRY_LIMITS["in_chans"],
+    "captions_per_image": 100,  # COCO has 5
+    "min_count": 10_000_000,
+    "noise": 1000.0,
+    "synonym_rate": 1.0,
+    "val_fraction": 1.0,
 }
 
 # annotation (as written, postponed) -> accepted types, and how a message names them
@@ -49,7 +77,7 @@ def list_tasks() -> list[str]:
 def _builder(name: str) -> Callable[..., TaskData]:
     if name not in _TASKS:
         raise ConfigError(f"Unknown task {name!r}; trainable tasks are {list_tasks()}.")
-    module, function = _TASKS[name]
+    module, function, _ = _TASKS[name]
     builder: Callable[..., TaskData] = getattr(importlib.import_module(module), function)
     return builder
 
@@ -71,10 +99,38 @@ def _check(task: str, key: str, value: Any, annotation: str) -> None:
     if not ok:
         raise ConfigError(f"Option {key!r} of task {task!r} must be {noun}"
                           f"{' or null' if optional else ''}, but got {key}={value!r}.")
-    if isinstance(value, int | float) and (value < 0 or (value == 0 and key not in _NON_NEGATIVE)):
+    if not isinstance(value, int | float):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"Option {key!r} of task {task!r} must be a finite number, but got "
+                          f"{key}={value}.")
+    if value < 0 or (value == 0 and key not in _NON_NEGATIVE):
         bound = ">= 0" if key in _NON_NEGATIVE else "> 0"
         raise ConfigError(f"Option {key!r} of task {task!r} must be {bound}, "
                           f"but got {key}={value!r}.")
+    limit = OPTION_LIMITS.get(key)  # every numeric option has one (the tests check it)
+    if limit is not None and value > limit:
+        shown = int(limit) if float(limit).is_integer() else limit
+        raise ConfigError(f"Option {key!r} of task {task!r} must be <= {shown}, "
+                          f"but got {key}={value!r}.")
+
+
+def _check_generated(name: str, params: Mapping[str, inspect.Parameter],
+                     options: Mapping[str, Any]) -> None:
+    """Refuse a task whose data, generated in memory, would not fit the host's memory."""
+    module, _, estimate = _TASKS[name]
+    if estimate is None:
+        return
+    from nas.memory import available_memory, format_bytes  # torch: only for these tasks
+
+    values = {key: options.get(key, p.default) for key, p in params.items()}
+    needed, formula = getattr(importlib.import_module(module), estimate)(values)
+    free = available_memory("cpu")
+    if needed > free:
+        raise ConfigError(
+            f"Task {name!r} would generate about {format_bytes(needed)} of data ({formula}), but "
+            f"the host has {format_bytes(free)} available; lower those options."
+        )
 
 
 def check_task(name: str, options: Mapping[str, Any]) -> None:
@@ -93,6 +149,7 @@ def check_task(name: str, options: Mapping[str, Any]) -> None:
             raise ConfigError(
                 f"Task {name!r} needs the option {key!r}; its options are {sorted(params)}."
             )
+    _check_generated(name, params, options)
 
 
 def get_task(name: str, **options: Any) -> TaskData:

@@ -28,6 +28,7 @@ __all__ = [
     "Streams",
     "region_tensors",
     "sample_scene",
+    "scene_bytes",
     "scene_projection",
     "task_streams",
 ]
@@ -131,6 +132,18 @@ def _codes(scenes: list[Scene], b: np.ndarray) -> np.ndarray:
          (b[:, 2] - b[:, 0]) * 10, (b[:, 3] - b[:, 1]) * 10], axis=1,
     )
     return np.concatenate([*parts, geometry], axis=1)
+
+
+# Measured per generated item: about 8 KiB of Python objects (the scene, its question or
+# captions), and per region feature value 4 bytes kept plus float64 temporaries while projecting.
+_ITEM_BYTES = 8 * 1024
+_FEATURE_BYTES = 16
+
+
+def scene_bytes(items: int, regions: int, region_dim: int) -> int:
+    """Peak bytes of generating ``items`` scenes with their region features (an estimate that
+    the task registry checks before a synthetic task is built)."""
+    return items * (_ITEM_BYTES + regions * region_dim * _FEATURE_BYTES)
 
 
 def region_tensors(

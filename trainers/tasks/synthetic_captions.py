@@ -22,6 +22,8 @@ from __future__ import annotations
 import bisect
 import random
 from collections import Counter
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -36,11 +38,12 @@ from trainers.tasks.scenes import (
     Streams,
     region_tensors,
     sample_scene,
+    scene_bytes,
     scene_projection,
     task_streams,
 )
 
-__all__ = ["CAPTION_WORDS", "build"]
+__all__ = ["CAPTION_WORDS", "build", "generated_bytes"]
 
 CAPTION_WORDS = 16
 MAX_OBJECTS = 8
@@ -49,6 +52,7 @@ _SALIENT_P = 0.8  # how often a caption's objects are the most salient ones
 _TEMPLATES = ("relation", "pair", "count")
 _TEMPLATE_CDF = (0.45, 0.8, 1.0)
 _NUMBERS = ("three", "four", "five", "six", "seven", "eight")
+_CAPTION_BYTES = 384  # a list of up to 15 interned words (measured: about 330 B)
 Caption = list[str]
 
 
@@ -128,6 +132,17 @@ def _split(
     regions, boxes = region_tensors(scenes, projection, np_rng, regions=MAX_OBJECTS, noise=noise)
     return CaptionDataset(references, lambda i: (regions[i], boxes[i]), max_words=CAPTION_WORDS,
                           sample=sample)
+
+
+def generated_bytes(options: Mapping[str, Any]) -> tuple[int, str]:
+    """Peak bytes ``build`` takes for ``options`` (checked before it runs), and the formula."""
+    items = options["train_size"] + options["val_size"]
+    captions = items * options["captions_per_image"] * _CAPTION_BYTES
+    return (scene_bytes(items, MAX_OBJECTS, options["region_dim"]) + captions,
+            f"(train_size + val_size) x (8 KiB + {MAX_OBJECTS} regions x region_dim x 16 B + "
+            f"captions_per_image x {_CAPTION_BYTES} B) with {items} items, "
+            f"region_dim={options['region_dim']}, "
+            f"captions_per_image={options['captions_per_image']}")
 
 
 def build(

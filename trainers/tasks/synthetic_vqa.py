@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,11 +39,12 @@ from trainers.tasks.scenes import (
     Streams,
     region_tensors,
     sample_scene,
+    scene_bytes,
     scene_projection,
     task_streams,
 )
 
-__all__ = ["ANSWERS", "QUESTION_WORDS", "build"]
+__all__ = ["ANSWERS", "QUESTION_WORDS", "build", "generated_bytes"]
 
 MAX_OBJECTS = 8
 QUESTION_TOKENS = 16
@@ -187,6 +190,14 @@ def _split(streams: Streams, size: int, projection: np.ndarray, noise: float) ->
         torch.tensor(questions, dtype=torch.long).reshape(size, QUESTION_TOKENS), answers,
         range(size), lambda i: (regions[i], boxes[i]), len(ANSWERS),
     )
+
+
+def generated_bytes(options: Mapping[str, Any]) -> tuple[int, str]:
+    """Peak bytes ``build`` takes for ``options`` (checked before it runs), and the formula."""
+    items = options["train_size"] + options["val_size"]
+    return (scene_bytes(items, MAX_OBJECTS, options["region_dim"]),
+            f"(train_size + val_size) x (8 KiB + {MAX_OBJECTS} regions x region_dim x 16 B) "
+            f"with {items} items, region_dim={options['region_dim']}")
 
 
 def build(
