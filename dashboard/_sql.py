@@ -1,23 +1,21 @@
-"""The SQL side of ``dashboard.data``: Optuna's tables as the dashboard reads them, read-only
-connections, and turning rows into frames quickly (10,000 trials are 100,000 rows)."""
+"""The SQL side of ``dashboard.data``: Optuna's tables as the dashboard reads them, read
+snapshots, and turning rows into frames quickly (10,000 trials are 100,000 rows). Read-only
+connections are ``studies.storage.read_only_engine_kwargs``."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import sqlite3
-import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 from optuna.distributions import BaseDistribution, CategoricalDistribution, json_to_distribution
-from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.engine import Connection, Engine
 
-from studies.storage import StorageError, session
+from studies.storage import session
 
 # Optuna's tables, as much of them as the dashboard reads (the schema of optuna >= 3). Enumerated
 # columns are read as text (see ``as_text``).
@@ -55,39 +53,6 @@ def as_text(column: Any) -> Any:
 
 
 INFINITIES = {"INF_POS": float("inf"), "INF_NEG": float("-inf")}
-
-
-def _sqlite_connect(url: str) -> Callable[[], sqlite3.Connection]:
-    database = make_url(url).database
-    if not database or database == ":memory:":
-        raise StorageError(f"Storage {url!r}: an in-memory database holds no studies.")
-    path = Path(database).expanduser().resolve()
-    if not path.is_file():
-        raise StorageError(f"Storage {url!r}: the database file {str(path)!r} does not exist.")
-    uri = f"file:{urllib.parse.quote(str(path))}?mode=ro"
-
-    def connect() -> sqlite3.Connection:
-        # A read-only handle: any write fails ("attempt to write a readonly database"). The
-        # busy timeout covers the instant a non-WAL database is locked by a committing writer.
-        conn = sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
-        conn.execute("PRAGMA query_only = ON")
-        return conn
-
-    return connect
-
-
-def readonly_engine_kwargs(storage_url: str) -> dict[str, Any]:
-    """``create_engine`` keyword arguments that make every connection to ``storage_url``
-    read-only: SQLite opened with ``mode=ro``, PostgreSQL and MySQL sessions set read-only."""
-    backend = make_url(storage_url).get_backend_name()
-    if backend == "sqlite":
-        return {"creator": _sqlite_connect(storage_url)}
-    kwargs: dict[str, Any] = {"pool_pre_ping": True}
-    if backend == "postgresql":
-        kwargs["connect_args"] = {"options": "-c default_transaction_read_only=on"}
-    elif backend == "mysql":
-        kwargs["connect_args"] = {"init_command": "SET SESSION TRANSACTION READ ONLY"}
-    return kwargs
 
 
 @contextlib.contextmanager

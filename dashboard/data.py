@@ -2,9 +2,10 @@
 
 Every view queries only what it needs with SQLAlchemy Core (a 10,000-trial study would take
 seconds to materialise through ``optuna.load_study``), and returns pandas DataFrames or plain
-dicts. The engine cannot write: SQLite is opened with ``?mode=ro`` and ``PRAGMA query_only``
-(and reads a write-ahead-logged database while the driver writes it, without "database is
-locked"); PostgreSQL and MySQL sessions are set read-only. Each read runs in one snapshot
+dicts. The engine cannot write and creates nothing (``studies.storage.read_only_engine_kwargs``):
+SQLite is opened read-only, also in a folder the dashboard may not write (and reads a
+write-ahead-logged database while the driver writes it, without "database is locked");
+PostgreSQL and MySQL sessions are set read-only. Each read runs in one snapshot
 (one SQLite read transaction, or PostgreSQL's repeatable read), so a trial and its values agree.
 """
 
@@ -25,7 +26,14 @@ from sqlalchemy.engine import Connection, Engine
 
 from dashboard import _sql as sql
 from studies.keys import Status, StudyKey, TrialKey
-from studies.storage import StorageError, epochs_table, resolve_storage_url, session
+from studies.storage import (
+    StorageError,
+    epochs_table,
+    open_storage,
+    read_only_engine_kwargs,
+    resolve_storage_url,
+    session,
+)
 
 __all__ = [
     "FIXED_COLUMNS",
@@ -62,10 +70,11 @@ def open_readonly(storage_url: str | None = None) -> Engine:
     """
     url = resolve_storage_url(storage_url)
     with session(url):
-        engine = sa.create_engine(url, **sql.readonly_engine_kwargs(url))
+        engine = sa.create_engine(url, **read_only_engine_kwargs(url))
         with engine.connect() as conn:
             if not sa.inspect(conn).has_table("studies"):
-                raise StorageError(f"Storage {url!r} holds no Optuna studies (no `studies` "
+                shown = sa.make_url(url).render_as_string(hide_password=True)
+                raise StorageError(f"Storage {shown!r} holds no Optuna studies (no `studies` "
                                    "table); point --storage at a study database.")
     return engine
 
@@ -73,10 +82,7 @@ def open_readonly(storage_url: str | None = None) -> Engine:
 def readonly_optuna_storage(storage_url: str) -> optuna.storages.RDBStorage:
     """Optuna's storage over read-only connections (for code that reads through Optuna's API,
     such as ``studies.export``): it creates no tables and cannot write."""
-    url = resolve_storage_url(storage_url)
-    with session(url):
-        return optuna.storages.RDBStorage(url, engine_kwargs=sql.readonly_engine_kwargs(url),
-                                          skip_table_creation=True)
+    return open_storage(storage_url, read_only=True)
 
 
 # ----------------------------------------------------------------------------- studies

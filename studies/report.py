@@ -1,7 +1,8 @@
 """Reading studies back: summaries, one study's status, its Pareto-optimal trials.
 
 Everything here reads the database only, through Optuna's public API, so what it prints is what
-``optuna.load_study`` sees.
+``optuna.load_study`` sees. The storage is opened read-only: reading creates no table, switches
+no journal mode and writes nothing, whatever file ``--storage`` names.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from studies.engine import LEASE_STALE_AFTER, counted_trials, load_existing
 from studies.keys import StudyKey, TrialKey
 from studies.lease import is_stale, read_owner
 from studies.pareto import normalized_hypervolume
-from studies.storage import open_storage, session
+from studies.storage import open_storage, resolve_storage_url, session, study_names
 
 __all__ = ["list_studies", "pareto_trials", "study_status"]
 
@@ -65,8 +66,12 @@ def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
 
 
 def list_studies(storage_url: str | None = None) -> list[dict[str, Any]]:
-    """Name, task, trial counts and last activity of every study in the database."""
-    storage = open_storage(storage_url, create=False)
+    """Name, task, trial counts and last activity of every study in the database (none in a
+    database without Optuna's tables)."""
+    url = resolve_storage_url(storage_url)
+    if not study_names(url):
+        return []
+    storage = open_storage(url, read_only=True)
     with session(storage.url):
         summaries = optuna.study.get_all_study_summaries(storage, include_best_trial=False)
     out = []

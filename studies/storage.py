@@ -4,6 +4,11 @@ Optuna's storage is the source of truth: studies, trials, parameters, objective 
 architecture / cost / reason of each trial (as trial user attributes). What Optuna lacks is a
 per-epoch table with several metrics per epoch; ``nas_epochs`` holds it, beside Optuna's tables
 in the same database. ``session()`` is the one place that turns driver errors into ours.
+
+Writers (``nas run``, ``nas resume``) open the storage as Optuna does, creating what is missing.
+Readers (``status``, ``pareto``, ``export``, the dashboard) open it with ``read_only=True``: the
+database refuses writes (SQLite opened read-only, PostgreSQL and MySQL sessions read-only) and
+nothing is created, so pointing a reader at the wrong file leaves that file as it was.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,18 +26,22 @@ import optuna
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.pool import NullPool
 
 from nas.errors import NasError
 
 __all__ = [
     "DEFAULT_STORAGE",
     "StorageError",
+    "UnknownStudyError",
     "epochs_table",
     "open_storage",
     "read_epochs",
+    "read_only_engine_kwargs",
     "resolve_storage_url",
     "session",
     "set_trial_user_attrs",
+    "study_names",
     "write_epoch",
 ]
 
@@ -55,6 +65,15 @@ epochs_table = sa.Table(
 
 class StorageError(NasError):
     """The database cannot be reached or read."""
+
+
+class UnknownStudyError(NasError):
+    """No study of that name in the database; the message lists the studies there."""
+
+    def __init__(self, name: str, url: str, names: Iterable[str]) -> None:
+        there = ", ".join(sorted(names)) or "none"
+        super().__init__(f"no study {name!r} in {_redact(url)}; studies there: {there}")
+        self.name = name
 
 
 def resolve_storage_url(url: str | None = None) -> str:
@@ -89,8 +108,11 @@ def session(url: str) -> Iterator[None]:
     try:
         yield
     except (SQLAlchemyError, sqlite3.Error, optuna.exceptions.StorageInternalError) as exc:
-        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        reason = first[0] if first else type(exc).__name__
+        cause: BaseException = exc
+        if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__:
+            cause = exc.__cause__  # Optuna's words are generic; the driver's say what failed
+        first = str(getattr(cause, "orig", None) or cause).strip().splitlines()
+        reason = first[0] if first else type(cause).__name__
         raise StorageError(f"Storage {_redact(url)!r} cannot be used: {reason}") from None
 
 
@@ -101,17 +123,25 @@ def _redact(url: str) -> str:
         return url
 
 
-def open_storage(url: str | None = None, *, create: bool = True) -> optuna.storages.RDBStorage:
+def open_storage(url: str | None = None, *,
+                 read_only: bool = False) -> optuna.storages.RDBStorage:
     """Optuna's RDB storage for ``url`` (resolved as in :func:`resolve_storage_url`).
 
-    With ``create=False`` a missing SQLite file is an error instead of a new empty database.
+    Writable (the default, for ``nas run`` and ``nas resume``): a missing SQLite file becomes a
+    new database in write-ahead-logging mode, and Optuna's tables and ``nas_epochs`` are created
+    where missing.
+
+    With ``read_only=True`` nothing is created and nothing can be written: see
+    :func:`read_only_engine_kwargs`. The database must hold Optuna's tables (:func:`study_names`
+    answers without that requirement); a missing SQLite file, a file that is not a database, or
+    one without Optuna's tables is a ``StorageError``.
     """
     url = resolve_storage_url(url)
+    if read_only:
+        return _open_read_only(url)
     parsed = make_url(url)
     engine_kwargs: dict[str, Any] = {}
     if parsed.get_backend_name() == "sqlite":
-        if not create and parsed.database and not Path(parsed.database).exists():
-            raise StorageError(f"Storage {url!r}: the database file does not exist.")
         engine_kwargs["connect_args"] = {"timeout": 60}
     else:
         engine_kwargs["pool_pre_ping"] = True
@@ -121,6 +151,112 @@ def open_storage(url: str | None = None, *, create: bool = True) -> optuna.stora
         storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
         _metadata.create_all(_engine(storage))
     return storage
+
+
+# Optuna's tables that ``RDBStorage`` reads when it opens (it writes them where they are empty).
+_OPTUNA_TABLES = ("studies", "version_info", "alembic_version")
+
+
+def _open_read_only(url: str) -> optuna.storages.RDBStorage:
+    kwargs = read_only_engine_kwargs(url)
+    with session(url), _read_only_connection(url) as conn:
+        inspector = sa.inspect(conn)
+        missing = [t for t in _OPTUNA_TABLES if not inspector.has_table(t)]
+    if missing:
+        raise StorageError(f"Storage {_redact(url)!r} holds no Optuna studies (no "
+                           f"`{missing[0]}` table); point --storage at a study database.")
+    with session(url):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs,
+                                              skip_table_creation=True)
+        except RuntimeError as exc:  # Optuna: the schema is of another Optuna version
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StorageError(f"Storage {_redact(url)!r} cannot be read: {reason}") from None
+
+
+def read_only_engine_kwargs(url: str) -> dict[str, Any]:
+    """``create_engine`` keyword arguments whose connections to ``url`` cannot write.
+
+    SQLite: the file is opened read-only (``mode=ro``, ``PRAGMA query_only``), and must exist.
+    A write-ahead-logged database that no connection has open (no ``-wal`` file beside it: SQLite
+    removes it when the last connection closes) holds everything in its main file and is read
+    with ``immutable=1``: a plain read-only connection would have to create ``-wal`` and ``-shm``,
+    which it cannot remove afterwards and cannot create at all in a folder it may not write.
+    Connections are not pooled, so each read decides afresh and sees a writer that started
+    since (a read already under way keeps its snapshot; only that writer's checkpoint into the
+    main file, at its close or after 1,000 pages of WAL, could disturb it before it ends).
+    PostgreSQL and MySQL: sessions set read-only.
+    """
+    backend = make_url(url).get_backend_name()
+    if backend == "sqlite":
+        return {"creator": _sqlite_reader(_sqlite_file(url)), "poolclass": NullPool}
+    kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if backend == "postgresql":
+        kwargs["connect_args"] = {"options": "-c default_transaction_read_only=on"}
+    elif backend == "mysql":
+        kwargs["connect_args"] = {"init_command": "SET SESSION TRANSACTION READ ONLY"}
+    return kwargs
+
+
+def _sqlite_file(url: str) -> Path:
+    database = make_url(url).database
+    if not database or database == ":memory:":
+        raise StorageError(f"Storage {_redact(url)!r}: an in-memory database holds no studies.")
+    path = Path(database).expanduser().resolve()
+    if not path.is_file():
+        raise StorageError(f"Storage {_redact(url)!r}: the database file {str(path)!r} does "
+                           "not exist.")
+    return path
+
+
+def _idle_wal_database(path: Path) -> bool:
+    """A write-ahead-logged SQLite database (header bytes 18 and 19 are 2) with no ``-wal``
+    file: no connection has it open, so its main file is the whole database."""
+    try:
+        with path.open("rb") as f:
+            header = f.read(20)
+    except OSError:
+        return False
+    return (header[:16] == b"SQLite format 3\x00" and header[18:20] == b"\x02\x02"
+            and not path.with_name(path.name + "-wal").exists())
+
+
+def _sqlite_reader(path: Path) -> Callable[[], sqlite3.Connection]:
+    base = f"file:{urllib.parse.quote(str(path))}?mode=ro"
+
+    def connect() -> sqlite3.Connection:
+        uri = f"{base}&immutable=1" if _idle_wal_database(path) else base
+        # The busy timeout covers the instant a non-WAL database is locked by a committing
+        # writer; check_same_thread: the dashboard's server threads share the engine.
+        conn = sqlite3.connect(uri, uri=True, timeout=60, check_same_thread=False)
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+
+    return connect
+
+
+@contextlib.contextmanager
+def _read_only_connection(url: str) -> Iterator[sa.Connection]:
+    engine = sa.create_engine(url, **read_only_engine_kwargs(url))
+    try:
+        with engine.connect() as conn:
+            yield conn
+    finally:
+        engine.dispose()
+
+
+def study_names(url: str | None = None) -> list[str]:
+    """The names of the studies in the database, sorted, read without writing anything.
+
+    A database without Optuna's tables (an empty SQLite file, another program's database)
+    holds none. Raises ``StorageError`` where it cannot be read (a missing SQLite file, a file
+    that is not a database, a server that cannot be reached).
+    """
+    url = resolve_storage_url(url)
+    with session(url), _read_only_connection(url) as conn:
+        if not sa.inspect(conn).has_table("studies"):
+            return []
+        return sorted(conn.execute(sa.text("SELECT study_name FROM studies")).scalars())
 
 
 def _engine(storage: optuna.storages.RDBStorage) -> Engine:
@@ -172,12 +308,15 @@ def write_epoch(storage: optuna.storages.RDBStorage, study_name: str, trial_numb
 def read_epochs(engine: Engine, study_name: str, trial_number: int | None = None) -> list[
     dict[str, Any]
 ]:
-    """Per-epoch rows of a study (or of one trial), ordered by trial and epoch."""
+    """Per-epoch rows of a study (or of one trial), ordered by trial and epoch; none where the
+    database has no ``nas_epochs`` table (a study written by plain Optuna)."""
     query = sa.select(epochs_table).where(epochs_table.c.study_name == study_name)
     if trial_number is not None:
         query = query.where(epochs_table.c.trial_number == trial_number)
     query = query.order_by(epochs_table.c.trial_number, epochs_table.c.epoch)
     with engine.connect() as conn:
+        if not sa.inspect(conn).has_table(epochs_table.name):
+            return []
         rows = [dict(r._mapping) for r in conn.execute(query)]
     for r in rows:
         r["extra"] = json.loads(r["extra"] or "{}")
