@@ -149,11 +149,29 @@ def _space_label(space: Any) -> str:
     return repr(space.get("name", "inline") if isinstance(space, dict) else space)
 
 
+def _refuse_memory_storage(storage: str | None) -> None:
+    """A study lives in its database: an in-memory one would be lost when the command ends."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from studies import resolve_storage_url
+
+    url = resolve_storage_url(storage)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return  # open_storage says what is wrong with it
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise NasError(f"Storage {url!r} is an in-memory database: the study would be lost when "
+                       "the command ends; give a file, e.g. sqlite:///nas_studies.db.")
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from studies import create_study, load_study_spec, run_study
     from studies.cluster import connect
 
     spec = load_study_spec(_resolve_study_file(args.study), name=args.name)
+    _refuse_memory_storage(args.storage)
     connect(args.address, spec.resources)  # an unreachable cluster, a trial no node can hold
     run = create_study(spec, args.storage)
     print(f"study {spec.name!r}: {spec.budget.trials} trials of space {_space_label(spec.space)} "
@@ -167,8 +185,8 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     from studies import load_existing, run_study
     from studies.cluster import check_ray_address
 
+    check_ray_address(args.address)  # before the database is opened for writing
     run = load_existing(args.name, args.storage, write=True)  # unknown: writes nothing
-    check_ray_address(args.address)
     budget = run.spec.budget.trials
 
     def announce(counted: int) -> None:

@@ -220,9 +220,12 @@ def check_space(spec: StudySpec, space: SearchSpace, geometry: TaskGeometry,
 
     base = {**spec.train, "epochs": spec.fidelity.epochs, "seed": spec.seed}
     try:
-        TrainConfig.from_dict(base)
+        cfg = TrainConfig.from_dict(base)
     except NasError as exc:
         raise ConfigError(f"Study key `train`: {exc}") from None
+    if str(cfg.device).startswith("cuda") and spec.resources.gpu <= 0:
+        raise ConfigError(f"Study key `train.device` is {cfg.device!r}, but `resources` gives a "
+                          "trial no GPU; set resources.gpu (e.g. 1 or 0.5) or leave device out.")
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=spec.seed),
                                 directions=spec.directions)
     costs: dict[str, Any] = {}

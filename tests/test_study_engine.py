@@ -207,7 +207,7 @@ def test_a_crash_left_running_trial_is_closed_and_enqueued_again(tmp_path) -> No
                        geometry=GEOMETRY)
     orphan = run.study.ask()  # a driver died after asking: the trial stays RUNNING
     run.space.suggest(orphan)
-    run = load_existing("crash", url)
+    run = load_existing("crash", url, write=True)
     assert close_interrupted(run) == 1
     first = h.load(url, "crash")[0]
     assert first.state == TrialState.FAIL and _status(first) == "interrupted"

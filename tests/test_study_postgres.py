@@ -65,7 +65,8 @@ def test_a_study_on_postgresql(postgres_url, tmp_path, capsys) -> None:
     assert [[t["number"], list(t["values"].values())] for t in printed] == json.loads(done.stdout)
 
     # Resuming a finished study runs nothing more; a second name is refused as on SQLite.
-    run_study(load_existing("on-postgres", postgres_url), evaluator=h.instant, progress=False)
+    run_study(load_existing("on-postgres", postgres_url, write=True), evaluator=h.instant,
+              progress=False)
     assert len(h.load(postgres_url, "on-postgres")) == len(trials)
     path = h.write_study(tmp_path / "again.yaml", "on-postgres", space="quickstart")
     assert nas_main(["run", str(path), "--storage", postgres_url]) == 2

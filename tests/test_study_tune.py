@@ -276,7 +276,7 @@ def test_resume_continues_from_the_database_when_tunes_folder_is_gone(tmp_path,
         shutil.rmtree(tmp_path / "tune")  # the database alone is what a resume reads
         if counted_trials(h.load(url, "cut")) >= 4:
             break
-        run = load_existing("cut", url)
+        run = load_existing("cut", url, write=True)
     trials = h.load(url, "cut")
     assert len(tune_dirs) >= 2, "the first run did not stop at its timeout"
     assert len(set(tune_dirs)) == len(tune_dirs)  # one Tune experiment per run
