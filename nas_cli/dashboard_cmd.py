@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import math
 import socket
 from typing import Any
 
@@ -32,7 +33,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if not 1 <= args.port <= 65535:
         raise NasError(f"--port must be between 1 and 65535, but got {args.port}.")
-    if args.refresh <= 0:
+    if not math.isfinite(args.refresh) or args.refresh <= 0:
         raise NasError(f"--refresh must be a positive number of seconds, but got {args.refresh}.")
     app = create_app(args.storage, refresh_seconds=args.refresh)
     url = f"http://{f'[{args.host}]' if _is_ipv6(args.host) else args.host}:{args.port}/"

@@ -50,7 +50,7 @@ from studies.keys import Status, StudyKey, TrialKey
 from studies.lease import Lease, acquire, is_stale, read_owner
 from studies.samplers import make_sampler
 from studies.spec import StudySpec
-from studies.storage import open_storage, session, set_trial_user_attrs
+from studies.storage import open_storage, resolve_storage_url, session, set_trial_user_attrs
 
 if TYPE_CHECKING:
     from studies.asha import Rungs
@@ -162,15 +162,13 @@ def create_study(spec: StudySpec, storage_url: str | None = None, *,
     # Building the task checks its data roots and layout; its geometry prices the space.
     geometry = geometry or _task_geometry(spec)
     check_space(spec, space, geometry)
-    storage = open_storage(storage_url)
-    with session(storage.url):
-        existing = {s.study_name for s in optuna.study.get_all_study_summaries(storage)}
-    if spec.name in existing:
-        owner = read_owner(storage.engine, spec.name)
+    url = resolve_storage_url(storage_url)
+    if spec.name in _existing_names(url):  # read without writing: refused leaves it untouched
+        run = load_existing(spec.name, url)
+        owner = read_owner(run.storage.engine, spec.name)
         if owner is not None and not is_stale(owner, stale_after=LEASE_STALE_AFTER):
             raise ConfigError(f"Study {spec.name!r} already exists and is being run by "
                               f"{owner.describe()}; choose another --name.")
-        run = load_existing(spec.name, storage)
         if run.space.hash != space.hash:
             raise ConfigError(
                 f"Study {spec.name!r} already exists with a different search space (hash "
@@ -180,6 +178,7 @@ def create_study(spec: StudySpec, storage_url: str | None = None, *,
             f"Study {spec.name!r} already exists; continue it with `nas resume {spec.name}` or "
             "choose another --name."
         )
+    storage = open_storage(url)
     with session(storage.url):
         try:
             study = optuna.create_study(storage=storage, study_name=spec.name,
@@ -199,6 +198,18 @@ def create_study(spec: StudySpec, storage_url: str | None = None, *,
         for label, params in enqueued:
             study.enqueue_trial(params, user_attrs={TrialKey.ENQUEUED: label})
     return StudyRun(spec, space, study, storage, geometry=geometry)
+
+
+def _existing_names(url: str) -> list[str]:
+    """The studies already in the database (none in an SQLite file that does not exist yet)."""
+    from sqlalchemy.engine import make_url
+
+    from studies.storage import study_names
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
+        return []
+    return study_names(url)
 
 
 #: Architectures drawn from a space to find one within the constraints before a study starts.
@@ -294,6 +305,7 @@ def load_existing(name: str, storage: optuna.storages.RDBStorage | str | None = 
     with session(storage.url):
         study = optuna.load_study(study_name=name, storage=storage)
         attrs = study.user_attrs
+        n_trials = len(study.get_trials(deepcopy=False))  # every stored value parses
     if StudyKey.SPEC not in attrs:
         raise NasError(f"Study {name!r} was not created by nas (it has no stored study file).")
     spec = StudySpec.from_dict(attrs[StudyKey.SPEC])
@@ -304,7 +316,7 @@ def load_existing(name: str, storage: optuna.storages.RDBStorage | str | None = 
             f"{attrs.get('nas.space_hash')} as when it was created (the meaning of a knob "
             "changed between versions); resuming would mix two spaces. Start a new study."
         )
-    study.sampler = make_sampler(spec.sampler, spec.seed + len(study.trials))
+    study.sampler = make_sampler(spec.sampler, spec.seed + n_trials)
     stored = attrs.get(StudyKey.GEOMETRY)
     geometry = TaskGeometry(**stored) if isinstance(stored, dict) else None
     return StudyRun(spec, space, study, storage, geometry=geometry)

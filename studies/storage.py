@@ -86,6 +86,14 @@ def resolve_storage_url(url: str | None = None) -> str:
             f"Storage {url!r} is not an SQLAlchemy URL (e.g. sqlite:///nas.db or "
             "postgresql+psycopg://user@host/db)."
         ) from None
+    try:  # the dialect and its driver: a URL naming one not installed is one line here
+        parsed.get_dialect().import_dbapi()
+    except ImportError as exc:
+        package = getattr(exc, "name", None) or parsed.get_driver_name()
+        raise StorageError(f"Storage {_redact(url)!r} needs the database driver {package!r}, "
+                           f"which is not installed (pip install {package}).") from None
+    except Exception:  # an unknown dialect: SQLAlchemy says so when the engine is made
+        pass
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         parent = Path(parsed.database).expanduser().resolve().parent
         if not parent.is_dir():
@@ -107,6 +115,9 @@ def session(url: str) -> Iterator[None]:
     """Turn driver and Optuna storage errors into a one-line ``StorageError``."""
     try:
         yield
+    except json.JSONDecodeError as exc:  # a stored attribute edited or damaged by hand
+        raise StorageError(f"Storage {_redact(url)!r} holds a value that is not valid JSON "
+                           f"({exc.msg} at char {exc.pos}); it was changed outside nas.") from None
     except (SQLAlchemyError, sqlite3.Error, optuna.exceptions.StorageInternalError) as exc:
         cause: BaseException = exc
         if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__:
