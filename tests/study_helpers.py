@@ -130,6 +130,7 @@ def _fake(arch: dict[str, Any], settings: dict[str, Any], report: Report, *,
           sleep: float = 0.0, nan: bool = False, log: str | None = None) -> dict[str, Any]:
     epochs: list[dict[str, Any]] = []
     status, reason = "completed", None
+    started = time.time()
     for epoch in range(1, int(settings["epochs"]) + 1):
         time.sleep(sleep)
         if nan and arch.get("group_ffn"):
@@ -145,7 +146,8 @@ def _fake(arch: dict[str, Any], settings: dict[str, Any], report: Report, *,
     log = log or os.environ.get("NAS_FAKE_LOG")
     if log:  # which trainings really ran, across processes
         with open(log, "a") as out:
-            out.write(json.dumps({"arch": arch, "settings": settings, "status": status}) + "\n")
+            out.write(json.dumps({"arch": arch, "settings": settings, "status": status,
+                                  "start": started, "end": time.time()}) + "\n")
     return {"status": status, "reason": reason, "value": epochs[-1]["value"] if epochs else 0.0,
             "epochs": epochs, "seconds": sleep * len(epochs), "samples_per_second": 0.0,
             "metric": "accuracy"}

@@ -6,6 +6,7 @@ is what a Tune user expects (``ExperimentAnalysis`` opens it, the loggers wrote 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -122,13 +123,25 @@ def test_resources_no_node_can_hold_are_refused_before_writing(tmp_path, capsys)
 
 
 def test_a_fractional_cpu_request_runs_trials_side_by_side(tmp_path) -> None:
+    """Half a CPU per trial on this 2-CPU Ray: more than two trials train at once (the slow
+    evaluator takes 1 s an epoch on the workers)."""
+    log = tmp_path / "trained.jsonl"
     url = f"sqlite:///{tmp_path / 's.db'}"
+    networks = [{"groups": 1, "attention_sharing": "none"},
+                {"groups": 1, "attention_sharing": "kv"},
+                {"groups": 2, "group_ffn": True, "attention_sharing": "none"},
+                {"groups": 2, "group_ffn": True, "attention_sharing": "kv"}]
     spec = StudySpec.from_dict(h.study_dict("half", budget={"trials": 4},
                                             resources={"cpu": 0.5},
+                                            enqueue=[{**BASE, **n} for n in networks],
                                             tune={"storage_path": str(tmp_path / "tune")}))
     run = create_study(spec, url, geometry=h.GEOMETRY)
-    run_study(run, evaluator=h.instant, progress=False)
+    run_study(run, evaluator=functools.partial(h.slow, log=str(log)), progress=False)
     assert counted_trials(h.load(url, "half")) == 4
+    spans = [(e["start"], e["end"]) for e in h.read_log(log)]
+    assert len(spans) == 4
+    most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+    assert most >= 3, spans  # with 1 cpu per trial at most 2 would overlap
 
 
 # ----------------------------------------------------------------------------- one owner
@@ -261,10 +274,9 @@ def test_leases_table_is_not_created_by_read_only_status(tmp_path, capsys) -> No
     assert "nas_leases" not in sa.inspect(sa.create_engine(url)).get_table_names()
 
 
-def test_resume_continues_from_the_database_when_tunes_folder_is_gone(tmp_path,
-                                                                      monkeypatch) -> None:
-    """Each run ends at its timeout; the next resumes with Tune's earlier folders deleted."""
-    monkeypatch.setenv("NAS_FAKE_SLEEP", "1.0")
+def test_resume_continues_from_the_database_when_tunes_folder_is_gone(tmp_path) -> None:
+    """Each run ends at its timeout; the next resumes with Tune's earlier folders deleted (the
+    slow evaluator takes 1 s an epoch on the workers)."""
     url = f"sqlite:///{tmp_path / 's.db'}"
     spec = StudySpec.from_dict(h.study_dict("cut", budget={"trials": 4, "timeout_minutes": 0.05},
                                             tune={"storage_path": str(tmp_path / "tune")}))
