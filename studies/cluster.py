@@ -50,8 +50,10 @@ def _init(address: str | None) -> None:
         if address:
             ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
         else:
-            ray.init(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
-                     num_cpus=os.cpu_count())
+            # "local": a new runtime of our own, even where `ray start` left one running
+            # (plain ray.init() would join it); --address joins a cluster on purpose.
+            ray.init(address="local", include_dashboard=False, logging_level=logging.ERROR,
+                     log_to_driver=False, num_cpus=os.cpu_count())
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise NasError(f"Cannot reach the Ray cluster at {address!r}: {first}") from None

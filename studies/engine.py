@@ -19,22 +19,18 @@ The keys of the bookkeeping (trial and study user attributes, status words) are 
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import importlib.util
 import inspect
 import math
 import os
-import re
 import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -45,15 +41,13 @@ from nas.loading import load_arch, unwritable_ancestor
 from nas.tasks import GEOMETRIES, TaskGeometry
 from search_spaces import SearchSpace, load_space
 from studies._trials import StudyRun, counted_trials
+from studies._tune import fit, tune_callbacks
 from studies.cluster import HeadWatch, check_ray_address, connect
 from studies.keys import Status, StudyKey, TrialKey
 from studies.lease import Lease, acquire, is_stale, read_owner
 from studies.samplers import make_sampler
 from studies.spec import StudySpec
 from studies.storage import open_storage, resolve_storage_url, session, set_trial_user_attrs
-
-if TYPE_CHECKING:
-    from studies.asha import Rungs
 
 __all__ = [
     "StudyRun",
@@ -343,137 +337,6 @@ def close_interrupted(run: StudyRun, *, reason: str = "the process running the s
 
 
 
-# ----------------------------------------------------------------------------- Ray Tune
-def tune_callbacks(spec: StudySpec) -> list[Any]:
-    """Tune's logger callbacks the study file names (``tune.callbacks``).
-
-    Raises:
-        ConfigError: a callback's package is not installed (named, with the pip command).
-    """
-    packages = {"tensorboard": "tensorboardX", "mlflow": "mlflow", "wandb": "wandb"}
-    for name in spec.tune.callbacks:
-        package = packages.get(name)
-        if package and importlib.util.find_spec(package) is None:
-            raise ConfigError(f"Study key `tune.callbacks`: {name!r} needs the {package} "
-                              f"package; install it with `pip install {package}`.")
-    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
-
-    out: list[Any] = []
-    for name in spec.tune.callbacks:
-        if name == "csv":
-            out.append(CSVLoggerCallback())
-        elif name == "json":
-            out.append(JsonLoggerCallback())
-        elif name == "tensorboard":
-            out.append(TBXLoggerCallback())
-        elif name == "mlflow":
-            from ray.air.integrations.mlflow import MLflowLoggerCallback
-
-            out.append(MLflowLoggerCallback(experiment_name=spec.name))
-        elif name == "wandb":
-            from ray.air.integrations.wandb import WandbLoggerCallback
-
-            out.append(WandbLoggerCallback(project=spec.name))
-    return out
-
-
-def _safe(name: str) -> str:
-    return re.sub(r"[^\w.-]", "_", name).strip("._") or "study"
-
-
-def tune_storage_path(spec: StudySpec) -> Path:
-    """Where this run's Tune experiment folder goes: ``tune.storage_path``, else
-    ``<$NAS_RUNS or nas_runs>/<study>`` under the current folder."""
-    if spec.tune.storage_path:
-        return Path(spec.tune.storage_path)
-    return Path(os.environ.get("NAS_RUNS") or "nas_runs").absolute() / _safe(spec.name)
-
-
-@contextlib.contextmanager
-def _tune_environment(verbose: bool) -> Iterator[None]:
-    """Tune's own loggers only as the study file names them; no Tune output on the console
-    unless ``verbose`` (Tune's newer console output prints its configuration table at any
-    verbosity, the classic one is silent at verbosity 0)."""
-    saved = {k: os.environ.get(k) for k in ("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS",
-                                            "RAY_AIR_NEW_OUTPUT", "TUNE_DISABLE_SIGINT_HANDLER")}
-    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
-    if not verbose:
-        os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
-    # Ctrl-C interrupts the run (its trials are closed as interrupted) instead of Tune's own
-    # graceful stop, which would return as if the study had ended.
-    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def _fit(run: StudyRun, evaluator: Evaluator | None, pool: int, deadline: float,
-         progress: Any, verbose: bool) -> str:
-    """One ``Tuner.fit`` over the study; returns why no more trials could start ('' if none)."""
-    from ray import cloudpickle, tune
-    from ray.tune.search import ConcurrencyLimiter
-
-    from studies.asha import MultiObjectiveASHA
-    from studies.searcher import FaultStopper, StudyCallback, StudySearcher
-    from studies.worker import trainable
-
-    spec = run.spec
-    assert run.geometry is not None
-    scheduler: Any = None
-    stopped: set[str] = set()
-    if spec.fidelity.early_stopping == "asha" and "accuracy" in spec.objective_names:
-        scheduler = MultiObjectiveASHA(_rebuild_rungs(run))
-        stopped = scheduler.stopped
-    searcher = StudySearcher(run, run.geometry, stopped=stopped, deadline=deadline,
-                             progress=progress)
-    blob = cloudpickle.dumps(evaluator) if evaluator is not None else None
-    function = tune.with_parameters(trainable, evaluator=blob,
-                                    threads=max(1, int(spec.resources.cpu)))
-    resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
-    storage_path = tune_storage_path(spec)
-    name = "tune-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
-    with session(run.storage.url):
-        run.study.set_user_attr(StudyKey.TUNE_DIR, str(storage_path / name))
-    tuner = tune.Tuner(
-        tune.with_resources(function, resources),
-        tune_config=tune.TuneConfig(
-            search_alg=ConcurrencyLimiter(searcher, max_concurrent=pool), scheduler=scheduler,
-            num_samples=-1, reuse_actors=True,
-            trial_name_creator=lambda t: f"trial-{t.config['number']}",
-            trial_dirname_creator=lambda t: f"trial-{t.config['number']}"),
-        run_config=tune.RunConfig(
-            name=name, storage_path=str(storage_path), verbose=2 if verbose else 0,
-            failure_config=tune.FailureConfig(max_failures=spec.tune.max_failures),
-            callbacks=[StudyCallback(searcher), *tune_callbacks(spec)],
-            stop=FaultStopper(searcher)),
-    )
-    error: Exception | None = None
-    try:
-        with _tune_environment(verbose):
-            tuner.fit()
-    except (KeyboardInterrupt, NasError):
-        raise
-    except Exception as exc:  # Ray went away under Tune, Tune's folder could not be written
-        error = exc
-    finally:
-        searcher.close()
-    fault = searcher.fault or (_first_line(error) if error is not None else "")
-    if fault:
-        raise RunAborted(f"Study {spec.name!r} stopped: {fault}. Its running trials were closed "
-                         f"as interrupted (where the database could still be written); continue "
-                         f"with `nas resume {spec.name}`.") from error
-    return searcher.halted
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
-
 
 def run_study(
     run: StudyRun,
@@ -538,31 +401,7 @@ def run_study(
             os._exit(RunAborted.exit_code)
 
         with HeadWatch(head_lost):
-            halted = _fit(run, evaluator, pool, deadline, bar, verbose)
+            halted = fit(run, evaluator, pool, deadline, bar, verbose)
     if halted:
         raise NasError(halted)
     return run
-
-
-def _rebuild_rungs(run: StudyRun) -> Rungs:
-    """ASHA's rung records from the per-epoch table (interrupted trials left no result)."""
-    from studies.asha import Rungs
-    from studies.keys import COUNTED_EXCLUDED
-    from studies.storage import read_epochs
-
-    spec = run.spec
-    cost_names = [o.name for o in spec.objectives if o.name in ("params", "madds")]
-    directions = [o.direction for o in spec.objectives if o.name == "accuracy"] + [
-        o.direction for o in spec.objectives if o.name in cost_names]
-    rungs = Rungs(spec.fidelity.grace_epochs, spec.fidelity.reduction_factor,
-                       spec.fidelity.epochs, directions)
-    with session(run.storage.url):
-        trials = run.study.get_trials(deepcopy=False)
-        rows = read_epochs(run.storage.engine, spec.name)
-    costs = {t.number: [float(t.user_attrs.get(TrialKey.COST, {}).get(n, 0)) for n in cost_names]
-             for t in trials if t.user_attrs.get(TrialKey.STATUS) not in COUNTED_EXCLUDED}
-    for row in rows:
-        if row["trial_number"] in costs and row["value"] is not None:
-            rungs.record(row["trial_number"], row["epoch"],
-                         [row["value"], *costs[row["trial_number"]]])
-    return rungs
