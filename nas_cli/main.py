@@ -128,9 +128,16 @@ def _print_front(name: str, storage: str | None) -> None:
     names = list(front[0]["values"])
     print("  trial  " + "  ".join(f"{n:>14}" for n in names) + "  arch_id")
     for t in front:
-        vals = "  ".join(f"{v:>14,.4f}" if n in ("accuracy", "latency_ms") else f"{v:>14,.0f}"
-                         for n, v in t["values"].items())
+        vals = "  ".join(f"{_objective_value(n, v):>14}" for n, v in t["values"].items())
         print(f"  {t['number']:>5}  {vals}  {t['arch_id']}")
+
+
+def _objective_value(name: str, value: float | None) -> str:
+    """One format per objective everywhere the CLI prints one: the metric and latency with 4
+    decimals, counts (params, MAdds) as integers with thousands separators."""
+    if value is None:
+        return "-"
+    return f"{value:,.4f}" if name in ("accuracy", "latency_ms") else f"{value:,.0f}"
 
 
 def _after_run(name: str, storage: str | None) -> None:
@@ -226,7 +233,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if status["tune_dir"]:
         print(f"  Ray Tune folder of the latest run: {status['tune_dir']}")
     for o in status["objectives"]:
-        print(f"  best {o['name']} ({o['direction']}): {status['best'][o['name']]}")
+        best = _objective_value(o["name"], status["best"][o["name"]])
+        print(f"  best {o['name']} ({o['direction']}): {best}")
     return 0
 
 

@@ -134,6 +134,15 @@ def test_status_json_counts(mixed, capsys) -> None:
     assert sum(status["states"].values()) == len(trials)
 
 
+def test_status_prints_one_format_per_objective(mixed, capsys) -> None:
+    assert nas_main(["status", "mixed", "--storage", mixed["url"]]) == 0
+    out = capsys.readouterr().out
+    best = {line.split(":")[0].split()[1]: line.split(": ")[1]
+            for line in out.splitlines() if line.strip().startswith("best ")}
+    assert len(best["accuracy"].split(".")[1]) == 4  # e.g. 0.6117, never 0.6116666666666667
+    assert best["params"].replace(",", "").isdigit() and "," in best["params"]
+
+
 # ----------------------------------------------------------------------------- the front
 @pytest.fixture(scope="module")
 def front(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
