@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -178,6 +179,16 @@ def test_a_live_lease_refuses_resume_and_writes_nothing(tmp_path, capsys) -> Non
         assert h.load(url, "owned") == [] and run.study.user_attrs.get(StudyKey.TUNE_DIR) is None
 
 
+def _wait_for(condition: Callable[[], bool], proc: subprocess.Popen[str], what: str,
+              timeout: float = 240) -> None:
+    """Until ``condition`` holds, while ``proc`` (a `nas` subprocess) lives."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_second_process_on_a_live_study_is_refused_and_the_budget_holds(tmp_path) -> None:
@@ -190,11 +201,8 @@ def test_a_second_process_on_a_live_study_is_refused_and_the_budget_holds(tmp_pa
                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     try:
-        deadline = time.monotonic() + 240
-        while read_owner(open_storage(url).engine, "live") is None:
-            assert first.poll() is None, first.communicate()
-            assert time.monotonic() < deadline, "the first run never took the lease"
-            time.sleep(0.2)
+        _wait_for(lambda: read_owner(open_storage(url).engine, "live") is not None, first,
+                  "the first run never took the lease")
         for argv in (["resume", "live"], ["run", str(path)]):
             second = subprocess.run([*h.NAS, *argv, "--storage", url], env=env, cwd=tmp_path,
                                     capture_output=True, text=True, timeout=120)
@@ -357,11 +365,8 @@ def test_when_the_ray_head_dies_trials_are_closed_and_resume_continues(tmp_path)
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            start_new_session=True)
     try:
-        deadline = time.monotonic() + 240
-        while not [t for t in h.load_if_any(url, "head") if TrialKey.TUNE_TRIAL in t.user_attrs]:
-            assert run.poll() is None, run.communicate()
-            assert time.monotonic() < deadline, "no trial started"
-            time.sleep(0.3)
+        _wait_for(lambda: any(TrialKey.TUNE_TRIAL in t.user_attrs
+                              for t in h.load_if_any(url, "head")), run, "no trial started")
         head = _children(run.pid, "gcs_server")
         assert head, "the local Ray head (gcs_server) is not a child of `nas run`"
         for pid in head:
