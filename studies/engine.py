@@ -144,7 +144,7 @@ def create_study(spec: StudySpec, storage_url: str | None = None, *,
     """
     space = _space_for(spec)
     sampler = make_sampler(spec.sampler, spec.seed)
-    enqueued = [_enqueue_params(space, item) for item in spec.enqueue]
+    enqueued = [_enqueue_params(space, item, spec.train) for item in spec.enqueue]
     if spec.evaluator:
         evaluator = _load_evaluator(spec.evaluator)
         if spec.checkpoints and not _accepts(evaluator, "checkpoint_dir"):
@@ -258,7 +258,10 @@ def check_space(spec: StudySpec, space: SearchSpace, geometry: TaskGeometry,
         "constraints or the space.")
 
 
-def _enqueue_params(space: SearchSpace, item: Any) -> tuple[str, dict[str, Any]]:
+def _enqueue_params(space: SearchSpace, item: Any,
+                    train: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The trial parameters of an enqueued architecture; a searched training setting takes the
+    study's own ``train`` value (the trainer's default only where the study sets none)."""
     if isinstance(item, str):
         config, label = load_arch(item), item
     elif isinstance(item, dict):
@@ -266,7 +269,7 @@ def _enqueue_params(space: SearchSpace, item: Any) -> tuple[str, dict[str, Any]]
     else:
         raise ConfigError(f"`enqueue` items are presets, files or mappings, got {item!r}.")
     try:
-        return label, space.params_for(config)
+        return label, space.params_for(config, train)
     except ConfigError as exc:
         raise ConfigError(f"Cannot enqueue {label!r}: {exc}") from None
 

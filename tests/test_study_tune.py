@@ -390,3 +390,16 @@ def test_when_the_ray_head_dies_trials_are_closed_and_resume_continues(tmp_path)
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert counted_trials(h.load(url, "head")) == 3
+
+
+def test_an_enqueued_architecture_trains_with_the_studys_learning_rate(tmp_path) -> None:
+    """The space searches lr; the enqueued baseline gets the study's train.lr, not the
+    trainer's default."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    space = {**h.SMALL_SPACE, "train": {"lr": {"low": 1e-4, "high": 1e-2, "log": True}}}
+    spec = StudySpec.from_dict(h.study_dict("lr", space=space, train={"lr": 3e-3},
+                                            enqueue=[{**BASE, "groups": 1}]))
+    run = create_study(spec, url, geometry=h.GEOMETRY)
+    trial = run.study.ask()
+    _, overrides = run.space.suggest(trial)
+    assert overrides["lr"] == pytest.approx(3e-3)
