@@ -2,11 +2,23 @@
 
 ``nas_vit`` and ``nas_swin`` take the architecture keys of their family (every key of
 ``ArchConfig`` but ``family``; keys left out come from the family's base preset, DeiT-Ti and
-Swin-T) plus timm's ``num_classes`` (1000), ``img_size`` (224), ``in_chans`` (3),
-``drop_path_rate``, ``device`` and ``dtype``. They return timm's own ``VisionTransformer`` /
-``SwinTransformer`` built with our blocks: the network ``nas.models.create_model`` builds, without
-our wrapper (so its state-dict names are ours without the ``net.`` prefix). There are no
-pretrained weights::
+Swin-T) plus every keyword timm's ``train.py`` and ``validate.py`` pass to ``create_model``:
+
+- applied: ``num_classes`` (1000), ``img_size`` (224, square), ``in_chans`` (3),
+  ``drop_rate`` (classifier dropout), ``drop_path_rate`` (stochastic depth), ``device``,
+  ``dtype``; ``checkpoint_path``, ``scriptable``, ``exportable`` and ``no_jit`` are
+  ``create_model``'s own and never reach us;
+- accepted as they are: ``global_pool`` equal to the family's pooling (``token`` for vit,
+  ``avg`` for swin), ``pretrained=False``, ``pretrained_cfg``, ``pretrained_cfg_overlay``,
+  ``cache_dir`` (there are no pretrained weights to fetch);
+- ignored with a warning: ``drop_block_rate``, ``bn_momentum``, ``bn_eps`` (no DropBlock and no
+  batch norm in these networks: nothing they could change);
+- refused (``ValueError``, one line): ``pretrained=True`` and any other ``global_pool``, which
+  would silently be another network than the exported architecture.
+
+They return timm's own ``VisionTransformer`` / ``SwinTransformer`` built with our blocks: the
+network ``nas.models.create_model`` builds, without our wrapper (so its state-dict names are ours
+without the ``net.`` prefix, as ``nas export --format timm`` writes its checkpoints)::
 
     import nas, timm
     model = timm.create_model("nas_vit", d_model=64, d_ff=128, heads=4, encoder_layers=4,
@@ -47,6 +59,11 @@ TIMM_NAMES: dict[str, str] = {"vit": "nas_vit", "swin": "nas_swin"}
 _IMAGE_DEFAULTS: dict[str, int] = {"num_classes": 1000, "img_size": 224, "in_chans": 3}
 # what timm.create_model passes to every entry point and we have no use for
 _TIMM_PLUMBING = ("pretrained_cfg", "pretrained_cfg_overlay", "cache_dir")
+# what timm's train.py passes for convolutional networks: nothing here it could change
+_NO_MEANING = {"drop_block_rate": "there is no DropBlock", "bn_momentum": "there is no batch norm",
+               "bn_eps": "there is no batch norm"}
+# the pooling of each family's head: another one would be another network
+_GLOBAL_POOL = {"vit": "token", "swin": "avg"}
 
 
 def timm_model_args(config: ArchConfig, geometry: TaskGeometry) -> tuple[str, dict[str, Any]]:
@@ -72,6 +89,8 @@ def _image_size(value: int | Sequence[int]) -> int:
 
 def _create(family: str, pretrained: bool, kwargs: dict[str, Any]) -> nn.Module:
     """Build ``family`` from timm-style keyword arguments (see the module docstring)."""
+    from torch.nn import Dropout
+
     from nas.config import ArchConfig
     from nas.tasks import TaskGeometry
 
@@ -80,9 +99,18 @@ def _create(family: str, pretrained: bool, kwargs: dict[str, Any]) -> nn.Module:
                          "(or load a checkpoint with checkpoint_path=).")
     for key in _TIMM_PLUMBING:
         kwargs.pop(key, None)
+    name = TIMM_NAMES[family]
+    for key, why in _NO_MEANING.items():
+        if key in kwargs and kwargs.pop(key) is not None:
+            warnings.warn(f"{name} ignores {key}: {why} in it.", stacklevel=3)
+    pool = kwargs.pop("global_pool", None)
+    if pool is not None and pool != _GLOBAL_POOL[family]:
+        raise ValueError(f"{name} pools with global_pool={_GLOBAL_POOL[family]!r} (the exported "
+                         f"architecture), but got global_pool={pool!r}; leave it out.")
+    drop_rate = float(kwargs.pop("drop_rate", 0.0) or 0.0)
     image = {key: kwargs.pop(key, default) for key, default in _IMAGE_DEFAULTS.items()}
     device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
-    drop_path_rate = float(kwargs.pop("drop_path_rate", 0.0))
+    drop_path_rate = float(kwargs.pop("drop_path_rate", 0.0) or 0.0)
     if kwargs.setdefault("family", family) != family:
         raise ValueError(f"{TIMM_NAMES[family]} builds family {family!r}, "
                          f"but got family={kwargs['family']!r}.")
@@ -95,6 +123,12 @@ def _create(family: str, pretrained: bool, kwargs: dict[str, Any]) -> nn.Module:
     model = module.build(config, geometry, device=device, dtype=dtype,
                          drop_path_rate=drop_path_rate)
     net: Any = model.net  # timm's VisionTransformer / SwinTransformer
+    if drop_rate:  # the classifier's dropout, as timm's drop_rate (no parameters)
+        net.drop_rate = drop_rate
+        if family == "vit":
+            net.head_drop = Dropout(drop_rate)
+        else:
+            net.head.drop = Dropout(drop_rate)
     cfg: dict[str, Any] = {
         "architecture": TIMM_NAMES[family], "num_classes": geometry.num_outputs,
         "input_size": (geometry.in_chans, size, size), "interpolation": "bicubic",

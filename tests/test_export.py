@@ -206,10 +206,10 @@ def test_every_format_is_written_and_loads_back(db, tmp_path, monkeypatch, capsy
         assert {"params": cost.params, "params_matrix": cost.params_matrix,
                 "madds": cost.madds, "parts": {k: vars(v) for k, v in cost.parts.items()}
                 } == trial.user_attrs["nas.cost"]
-    elif fmt == "hf-config":
+    elif fmt == "hf-config":  # loaded by transformers in test_export_clients.py
         config = json.loads(text)
         assert ArchConfig.from_dict(config["nas_arch"]).arch_id == arch.arch_id
-        assert config["model_type"] == f"nas_{arch.family}"
+        assert config["model_type"] == {"vit": "vit", "mcan": "bart", "ort": "bart"}[arch.family]
         assert config.get("hidden_size", config.get("d_model")) == arch.d_model
     elif fmt == "openvqa":
         config = yaml.safe_load(text)
@@ -217,6 +217,8 @@ def test_every_format_is_written_and_loads_back(db, tmp_path, monkeypatch, capsy
                 config["LAYER"], config["GROUP"]) == (arch.d_model, arch.d_ff, arch.heads,
                                                       arch.encoder_layers, arch.groups)
         assert config["EXPAND"] == arch.qk_multiplier and config["NAS_ARCH_ID"] == arch.arch_id
+        assert config["FEAT_SIZE"]["vqa"]["FRCN_FEAT_SIZE"] == [geometry.regions,
+                                                                geometry.region_dim]
     elif fmt == "acort":
         subprocess.run(["sh", "-n", str(path)], check=True)
         words = shlex.split(text.split("\n", 5)[-1].replace("\\\n", " "), comments=True)
@@ -224,8 +226,10 @@ def test_every_format_is_written_and_loads_back(db, tmp_path, monkeypatch, capsy
         assert opts["--d_model"] == str(arch.d_model)
         assert opts.get("--radix_base") == (str(arch.radix_base) if arch.radix_base else None)
         assert opts.get("--share_att_encoder", "none") == arch.attention_sharing
+        assert {"--share_layer_encoder", "--share_layer_decoder"} <= set(opts)
     elif fmt == "timm":
         spec = json.loads(text)
+        assert spec["checkpoint"] is None  # these trials kept no weights
         model = timm.create_model(spec["model_name"], **spec["kwargs"])
         params = sum(p.numel() for p in model.parameters())
         ours = create_model(arch, geometry)
@@ -413,11 +417,14 @@ def test_rejected_and_pruned_trials_export_without_objectives(db, tmp_path) -> N
 def test_torch_file_loads_the_trials_checkpoint(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'ckpt.db'}"
     _tiny_study("with-checkpoint", url, n=1, checkpoint_dir=tmp_path / "ckpt")
-    export_trials("with-checkpoint", fmt="torch", out=tmp_path, trial=0, storage_url=url)
-    namespace = runpy.run_path(str(tmp_path / "trial-0.py"))
+    out = tmp_path / "out"
+    export_trials("with-checkpoint", fmt="torch", out=out, trial=0, storage_url=url)
     path = optuna.load_study(study_name="with-checkpoint", storage=url).trials[0].user_attrs[
         TrialKey.CHECKPOINT]
-    assert namespace["CHECKPOINT"] == path
+    assert str(tmp_path) not in (out / "trial-0.py").read_text()  # no absolute path
+    moved = out.rename(tmp_path / "moved")  # the folder moves with its checkpoint copy
+    namespace = runpy.run_path(str(moved / "trial-0.py"))
+    assert namespace["CHECKPOINT"] == str((moved / "trial-0.pt").resolve())
     saved = torch.load(path, weights_only=True)["state_dict"]
     built = namespace["build"]().state_dict()
     assert saved.keys() == built.keys()

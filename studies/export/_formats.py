@@ -1,4 +1,5 @@
-"""The export formats: each a pure function from a ``TrialRecord`` to the text of one file.
+"""The export formats: each a function from a ``TrialRecord`` to the text of one file (and,
+for ``timm`` and ``torch``, the trial's weights beside it).
 
 ``yaml`` / ``json`` hold the whole record (``nas cost`` and a study's ``enqueue:`` read them
 back); ``hf-config``, ``openvqa``, ``acort`` and ``timm`` translate the architecture into another
@@ -9,6 +10,7 @@ serialiser (YAML, JSON, ``ascii()``, ``shlex.quote``), never as raw text.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shlex
@@ -20,23 +22,35 @@ from typing import Any
 import yaml
 
 from nas.errors import NasError
+from nas.radix import num_digits
 from nas.timm_registry import timm_model_args
 from studies.export._record import TrialRecord
+from studies.export.clients import OPENVQA_FEAT_SIZE, acort_max_seq_length
 
-__all__ = ["FORMATS", "Format"]
+__all__ = ["FORMATS", "Format", "acort_options", "hf_config", "openvqa_config", "timm_state_dict",
+           "trial_document"]
 
 _ALL = ("mcan", "ort", "lxmert", "vit", "swin")
 
 
 @dataclass(frozen=True)
 class Format:
-    """An export format: the file it writes per trial and which families it can express."""
+    """An export format: the file it writes per trial and which families it can express.
+
+    ``extras`` gives more files beside it (relative name -> bytes, e.g. weights); ``refusal``
+    says why a record cannot be written so that its client builds the same network (``None``
+    when it can); ``limits`` lists what the client cannot express, written in the file and on
+    stderr.
+    """
 
     name: str
     filename: str  # relative path, ``{n}`` is the trial number
     render: Callable[[TrialRecord], str]
     families: tuple[str, ...] = _ALL
     needs_geometry: bool = False
+    extras: Callable[[TrialRecord], dict[str, bytes]] | None = None
+    refusal: Callable[[TrialRecord], str | None] | None = None
+    limits: Callable[[TrialRecord], list[str]] | None = None
 
     def path(self, number: int) -> str:
         return self.filename.format(n=number)
@@ -55,6 +69,21 @@ class Format:
                 f"{record.task!r} cannot be built here (its data is elsewhere?); export as yaml "
                 "or json instead."
             )
+        why = self.refusal(record) if self.refusal is not None else None
+        if why is not None:
+            raise NasError(f"Format {self.name!r} cannot express {record.label}: {why}; export "
+                           "as yaml, json or torch instead.")
+
+    def files(self, record: TrialRecord) -> dict[str, bytes]:
+        """Every file of ``record``: relative name -> content."""
+        files = {self.path(record.number): self.render(record).encode("utf-8")}
+        if self.extras is not None:
+            files.update(self.extras(record))
+        return files
+
+    def notes(self, record: TrialRecord) -> list[str]:
+        """What the client cannot express about ``record`` (also written in the file)."""
+        return self.limits(record) if self.limits is not None else []
 
 
 def _header(record: TrialRecord, prefix: str = "# ") -> str:
@@ -81,20 +110,57 @@ def _json(record: TrialRecord) -> str:
 
 
 # ----------------------------------------------------------------------------- hf-config
-def _knobs(record: TrialRecord) -> dict[str, Any]:
+_DENSE = {"groups": 1, "group_attention": False, "group_ffn": False, "weight_sharing": False,
+          "group_merge": False, "group_intermediate": False, "qk_multiplier": 1,
+          "attention_sharing": "none", "layer_sharing": None}
+#: family -> (model_type, the class AutoModel* builds for our network, or None)
+_HF_CLASSES: dict[str, tuple[str, str | None]] = {
+    "vit": ("vit", "ViTForImageClassification"),
+    "swin": ("swin", "SwinForImageClassification"),
+    "lxmert": ("lxmert", "LxmertForQuestionAnswering"),
+    "ort": ("bart", None),
+    "mcan": ("bart", None),
+}
+
+
+def _knobs_set(record: TrialRecord) -> dict[str, Any]:
+    """Our knobs that differ from the dense Transformer: what other code bases ignore."""
+    flat = record.arch.to_dict()
+    return {k: flat[k] for k, v in _DENSE.items() if k in flat and flat[k] != v}
+
+
+def _hf_note(record: TrialRecord) -> str:
     a = record.arch
-    return {"num_groups": a.groups, "group_attention": a.group_attention,
-            "group_ffn": a.group_ffn, "weight_sharing": a.weight_sharing,
-            "group_merge": a.group_merge, "group_intermediate": a.group_intermediate,
-            "qk_multiplier": a.qk_multiplier, "attention_sharing": a.attention_sharing,
-            "layer_sharing": a.to_dict()["layer_sharing"]}
+    model_type, cls = _HF_CLASSES[a.family]
+    if cls is None:
+        note = (f"Hugging Face has no {a.family.upper()} model: model_type {model_type!r} (BART, "
+                "the closest encoder-decoder config) lets AutoConfig read the widths and "
+                "depths, but AutoModel would build a text-to-text BART, not this network; "
+                "build it from nas_arch with lightweight-nas.")
+    elif a.family == "lxmert":
+        note = (f"AutoModelForQuestionAnswering builds {cls}, the dense network of these widths "
+                "and depths (AutoModel builds LxmertModel, without the answer head).")
+    else:
+        note = (f"AutoModelForImageClassification builds {cls}, the dense network of these "
+                "widths and depths (AutoModel builds its backbone, with a pooler and no "
+                "classifier).")
+    knobs = _knobs_set(record)
+    if knobs and cls is not None:
+        note += (" Hugging Face's model ignores our knobs "
+                 + ", ".join(f"{k}={v}" for k, v in knobs.items())
+                 + ": it is the dense baseline; the network itself is nas_arch.")
+    return note
 
 
 def hf_config(record: TrialRecord) -> dict[str, Any]:
-    """A Hugging Face style ``config.json``: the closest transformers config's keys for the
-    family, our knobs as extra keys, and the flat config under ``nas_arch``."""
+    """A Hugging Face ``config.json`` that ``AutoConfig.from_pretrained`` loads: the real
+    ``model_type`` of the family (``vit``, ``swin``, ``lxmert``; ``bart`` for ``mcan``/``ort``,
+    which Hugging Face lacks) with that config's keys; the flat config (every knob) under
+    ``nas_arch``, geometry Hugging Face has no key for under ``nas_task`` and, in ``nas_note``,
+    what Hugging Face's model is of it."""
     a, g = record.arch, record.geometry
     d, ff, h = a.d_model, a.d_ff, a.heads
+    model_type, cls = _HF_CLASSES[a.family]
     keys: dict[str, Any]
     if a.family == "vit":  # transformers' ViTConfig
         keys = {"hidden_size": d, "num_hidden_layers": a.encoder_layers,
@@ -105,126 +171,182 @@ def hf_config(record: TrialRecord) -> dict[str, Any]:
         keys = {"embed_dim": d, "depths": depths, "num_heads": [h * 2**i for i in
                                                                 range(len(depths))],
                 "window_size": a.window_size, "mlp_ratio": ff / d, "patch_size": a.patch_size,
-                "hidden_size": d * 2 ** (len(depths) - 1), "hidden_act": "gelu",
-                "layer_norm_eps": 1e-5, "qkv_bias": True}
+                "hidden_act": "gelu", "layer_norm_eps": 1e-5, "qkv_bias": True}
     elif a.family == "lxmert":  # transformers' LxmertConfig
         keys = {"hidden_size": d, "num_attention_heads": h, "intermediate_size": ff,
                 "l_layers": a.language_layers, "r_layers": a.vision_layers,
                 "x_layers": a.cross_layers, "hidden_act": "gelu", "layer_norm_eps": 1e-12}
-    elif a.family == "ort":  # a BART-like encoder-decoder
+    else:  # ort, mcan: transformers' BartConfig, the closest encoder-decoder
         keys = {"d_model": d, "encoder_layers": a.encoder_layers,
                 "decoder_layers": a.decoder_layers, "encoder_attention_heads": h,
                 "decoder_attention_heads": h, "encoder_ffn_dim": ff, "decoder_ffn_dim": ff,
-                "activation_function": "relu", "is_encoder_decoder": True,
-                "radix_base": a.radix_base}
-    else:  # mcan: an encoder-decoder over question tokens and image regions
-        keys = {"hidden_size": d, "intermediate_size": ff, "num_attention_heads": h,
-                "encoder_layers": a.encoder_layers, "decoder_layers": a.decoder_layers,
-                "hidden_act": "relu", "layer_norm_eps": 1e-6, "word_embed_size": 300}
+                "activation_function": "relu", "is_encoder_decoder": True}
+    task: dict[str, Any] = {}
     if g is not None:
-        keys.update(_hf_task_keys(record, g))
-    return {"model_type": f"nas_{a.family}", **keys, **_knobs(record),
+        extra, task = _hf_task_keys(record, g)
+        keys.update(extra)
+    return {"model_type": model_type, **({"architectures": [cls]} if cls else {}), **keys,
             "torch_dtype": "float32", "nas_arch": a.to_dict(), "nas_arch_id": a.arch_id,
+            "nas_task": {"name": record.task, **task}, "nas_note": _hf_note(record),
             "nas_provenance": {k: v for k, v in record.provenance().items()
                                if k in ("study", "trial", "objectives", "version",
                                         "git_commit")}}
 
 
-def _hf_task_keys(record: TrialRecord, g: Any) -> dict[str, Any]:
+def _hf_task_keys(record: TrialRecord, g: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The geometry as the config's own keys, and what it has no key for."""
     a = record.arch
     if a.family in ("vit", "swin"):
-        return {"image_size": g.image_size, "num_channels": g.in_chans, "num_labels": g.num_outputs}
+        return {"image_size": g.image_size, "num_channels": g.in_chans,
+                "num_labels": g.num_outputs}, {}
+    if a.family == "lxmert":
+        return {"vocab_size": g.question_vocab, "visual_feat_dim": g.region_dim,
+                "num_qa_labels": g.num_outputs}, {"num_regions": g.regions,
+                                                  "max_question_length": g.question_tokens}
     if a.family == "ort":
         v = a.radix_base
         pad, bos, eos = (0, 1, 2) if v is None else (v, v + 1, v + 2)
-        return {"vocab_size": g.num_outputs if v is None else v + 3,
-                "word_vocab_size": g.num_outputs, "visual_feat_dim": g.region_dim,
-                "num_regions": g.regions, "max_caption_words": g.caption_words,
-                "pad_token_id": pad, "bos_token_id": bos, "eos_token_id": eos,
-                "decoder_start_token_id": bos}
-    keys = {"vocab_size": g.question_vocab, "visual_feat_dim": g.region_dim,
-            "num_regions": g.regions, "max_question_length": g.question_tokens}
-    keys["num_qa_labels" if a.family == "lxmert" else "num_labels"] = g.num_outputs
-    return keys
+        return ({"vocab_size": g.num_outputs if v is None else v + 3, "pad_token_id": pad,
+                 "bos_token_id": bos, "eos_token_id": eos, "decoder_start_token_id": bos},
+                {"radix_base": v, "word_vocab_size": g.num_outputs,
+                 "visual_feat_dim": g.region_dim, "num_regions": g.regions,
+                 "max_caption_words": g.caption_words})
+    return {"vocab_size": g.question_vocab, "num_labels": g.num_outputs}, {
+        "visual_feat_dim": g.region_dim, "num_regions": g.regions,
+        "max_question_length": g.question_tokens}
 
 
 def _hf(record: TrialRecord) -> str:
     return json.dumps(hf_config(record), indent=2) + "\n"
 
 
+def _hf_limits(record: TrialRecord) -> list[str]:
+    if _HF_CLASSES[record.arch.family][1] is None:
+        return [f"Hugging Face has no {record.arch.family} model: config.json uses BART's "
+                "config for the widths and depths; the network is nas_arch"]
+    knobs = _knobs_set(record)
+    return [f"Hugging Face's model ignores {', '.join(knobs)} (config.json says so in "
+            "nas_note)"] if knobs else []
+
+
 # ----------------------------------------------------------------------------- openvqa
-def openvqa_config(record: TrialRecord) -> dict[str, Any]:
-    """MCAN / OpenVQA network keys, LW-Transformer's group keys, then ours (see the README)."""
+#: our task -> OpenVQA's dataset (others are written as region features under ``vqa``)
+_OPENVQA_DATASET = {"vqa2": "vqa", "gqa": "gqa", "clevr": "clevr"}
+
+
+def _unequal_depths(record: TrialRecord) -> str | None:
     a = record.arch
+    if a.encoder_layers == a.decoder_layers:
+        return None
+    return (f"its encoder has {a.encoder_layers} layers and its decoder {a.decoder_layers}, but "
+            "the client builds one depth for both (it would silently be another network)")
+
+
+def _openvqa_limits(record: TrialRecord) -> list[str]:
+    notes = [f"OpenVQA's mcan does not read {k}={v}" + (
+        " (LW-Transformer's fork reads it as GROUP / SA_GROUP / SGA_GROUP / EXPAND)"
+        if k in ("groups", "group_attention", "qk_multiplier") else "")
+        for k, v in _knobs_set(record).items()]
+    if record.task not in _OPENVQA_DATASET:
+        notes.append(f"task {record.task!r} is no OpenVQA dataset: its region features are "
+                     "written as FEAT_SIZE['vqa']")
+    return notes
+
+
+def openvqa_config(record: TrialRecord) -> dict[str, Any]:
+    """MCAN / OpenVQA config keys as OpenVQA's code reads them (``clients.OPENVQA_KEYS``),
+    LW-Transformer's group keys, then ours (see the README)."""
+    a, g = record.arch, record.geometry
     grouped = a.groups > 1 and (a.group_attention or a.group_ffn)
-    enc, dec = a.encoder_layers, a.decoder_layers
-    keys: dict[str, Any] = {"MODEL_USE": "lwtransformer" if grouped else "mcan"}
-    if enc == dec:  # OpenVQA has one depth for both stacks; left out rather than wrong
-        keys["LAYER"] = enc
-    keys.update({
+    dataset = _OPENVQA_DATASET.get(record.task, "vqa")
+    feat: dict[str, dict[str, list[int]]] = {
+        name: {k: list(v) for k, v in sizes.items()} for name, sizes in OPENVQA_FEAT_SIZE.items()}
+    if g is not None and g.regions and g.region_dim:
+        feat[dataset]["GRID_FEAT_SIZE" if dataset == "clevr" else "FRCN_FEAT_SIZE"] = [
+            g.regions, g.region_dim]
+    keys: dict[str, Any] = {
+        "MODEL_USE": "lwtransformer" if grouped else "mcan",
+        "LAYER": a.encoder_layers,  # MCAN builds LAYER SA and LAYER SGA layers (checked equal)
         "HIDDEN_SIZE": a.d_model, "FF_SIZE": a.d_ff, "MULTI_HEAD": a.heads,
         "DROPOUT_R": float(record.train.get("dropout", 0.1)),
         "FLAT_MLP_SIZE": a.d_model, "FLAT_GLIMPSES": 1, "FLAT_OUT_SIZE": 2 * a.d_model,
-        "WORD_EMBED_SIZE": 300, "USE_BBOX_FEAT": False, "USE_AUX_FEAT": False,
-    })
-    if record.geometry is not None:
-        keys["IMG_FEAT_SIZE"] = record.geometry.region_dim
-    keys.update({  # LW-Transformer's openvqa fork
+        "WORD_EMBED_SIZE": 300, "USE_BBOX_FEAT": False, "BBOXFEAT_EMB_SIZE": 2048,
+        "USE_AUX_FEAT": False, "FEAT_SIZE": feat,
+        # proc() asserts these; the values of configs/<dataset>/mcan_small.yml
+        "LOSS_FUNC": "bce" if dataset == "vqa" else "ce", "LOSS_REDUCTION": "sum",
+        "OPT": "Adam", "OPT_PARAMS": {"betas": "(0.9, 0.98)", "eps": "1e-9"},
+        # LW-Transformer's openvqa fork
         "GROUP": a.groups, "SA_GROUP": grouped, "SGA_GROUP": grouped, "EXPAND": a.qk_multiplier,
-    })
-    keys.update({  # ours: what neither OpenVQA nor LW-Transformer can express
-        "ENC_LAYER": enc, "DEC_LAYER": dec, "G_MHA": a.group_attention, "G_FFN": a.group_ffn,
-        "WEIGHT_SHARING": a.weight_sharing, "G_LML": a.group_merge,
-        "G_IL": a.group_intermediate, "ATT_SHARING": a.attention_sharing,
+        # ours: what neither OpenVQA nor LW-Transformer can express
+        "ENC_LAYER": a.encoder_layers, "DEC_LAYER": a.decoder_layers,
+        "G_MHA": a.group_attention, "G_FFN": a.group_ffn, "WEIGHT_SHARING": a.weight_sharing,
+        "G_LML": a.group_merge, "G_IL": a.group_intermediate, "ATT_SHARING": a.attention_sharing,
         "LAYER_SHARING": {"ENC": _pattern_text(record, "encoder"),
                           "DEC": _pattern_text(record, "decoder")},
         "NAS_ARCH_ID": a.arch_id,
-    })
+        "NAS_NOT_EXPRESSED": _openvqa_limits(record),
+    }
     return keys
 
 
-def _pattern_text(record: TrialRecord, stack: str) -> str | None:
+def _pattern_text(record: TrialRecord, stack: str, *, always: bool = False) -> str | None:
+    """A stack's sharing pattern as ``(0, 0, 1, 1)``; ``None`` when unshared unless
+    ``always``."""
     pattern = record.arch.sharing_pattern(stack)
-    if pattern == tuple(range(len(pattern))):
+    if pattern == tuple(range(len(pattern))) and not always:
         return None
     return "(" + ", ".join(str(i) for i in pattern) + ")"
 
 
 def _openvqa(record: TrialRecord) -> str:
     body = yaml.safe_dump(openvqa_config(record), sort_keys=False, default_flow_style=False)
-    return _header(record) + "# Network keys for OpenVQA / LW-Transformer configs.\n" + body
+    notes = "".join(f"# NOTE: {n}.\n" for n in _openvqa_limits(record))
+    return (_header(record) + "# An OpenVQA config (configs/<DATASET>/<MODEL>.yml): network keys, "
+            "the loss and optimizer its checks need,\n# LW-Transformer's group keys, then ours.\n"
+            + notes + body)
 
 
 # ----------------------------------------------------------------------------- acort
+def _radix_digits(record: TrialRecord) -> int | None:
+    base, g = record.arch.radix_base, record.geometry
+    if base is None or g is None:
+        return None
+    return num_digits(g.num_outputs, base)
+
+
+def _acort_limits(record: TrialRecord) -> list[str]:
+    notes = [f"ACORT has no option for {k}={v}: it builds the dense layers"
+             for k, v in _knobs_set(record).items()
+             if k not in ("attention_sharing", "layer_sharing")]
+    if record.arch.radix_base is not None and _radix_digits(record) is None:
+        notes.append("the task's vocabulary is unknown here, so --max_seq_length is not written "
+                     "(26 for two radix digits per word, 34 for three)")
+    return notes
+
+
 def acort_options(record: TrialRecord) -> tuple[list[str], list[str]]:
-    """Options of ACORT's ``train_transformer.py`` for ``record``, and notes on what they
-    cannot express."""
-    a, notes = record.arch, []
+    """Options of ACORT's ``train_transformer.py`` for ``record`` (``clients.ACORT_FLAGS``), and
+    notes on what they cannot express."""
+    a = record.arch
     opts = ["--caption_model", "relation_transformer"]
     if a.radix_base is not None:
         opts += ["--tokenizer", "radix", "--radix_base", str(a.radix_base)]
+        digits = _radix_digits(record)
+        length = acort_max_seq_length(digits) if digits is not None else None
+        if length is not None:
+            opts += ["--max_seq_length", str(length)]
     else:
         opts += ["--tokenizer", "word"]
-    if a.encoder_layers != a.decoder_layers:
-        notes.append(f"the decoder has {a.decoder_layers} layers, but the scripts take one "
-                     f"--num_layers (set to the encoder's {a.encoder_layers})")
     opts += ["--d_model", str(a.d_model), "--dim_feedforward", str(a.d_ff),
              "--num_heads", str(a.heads), "--num_layers", str(a.encoder_layers)]
     if a.attention_sharing != "none":
         opts += ["--share_att_encoder", a.attention_sharing,
                  "--share_att_decoder", a.attention_sharing]
-    for stack in ("encoder", "decoder"):
-        text = _pattern_text(record, stack)
-        if text is not None:
-            opts += [f"--share_layer_{stack}", text]
+    for stack in ("encoder", "decoder"):  # both always: every pattern, unshared included
+        opts += [f"--share_layer_{stack}", str(_pattern_text(record, stack, always=True))]
     if record.geometry is not None:
         opts += ["--att_feat_size", str(record.geometry.region_dim)]
-    dropped = [k for k in ("group_attention", "group_ffn", "group_merge", "group_intermediate")
-               if getattr(a, k) and a.groups > 1]
-    if dropped or a.qk_multiplier != 1:
-        notes.append(f"group-wise knobs (groups={a.groups}, {', '.join(dropped) or 'none'}) "
-                     f"and qk_multiplier={a.qk_multiplier} have no ACORT option")
-    return opts, notes
+    return opts, _acort_limits(record)
 
 
 def _acort(record: TrialRecord) -> str:
@@ -249,14 +371,62 @@ def _acort(record: TrialRecord) -> str:
 
 
 # ----------------------------------------------------------------------------- timm
+def _stored_checkpoint(record: TrialRecord) -> Path | None:
+    """The trial's checkpoint file when it exists here, else ``None``."""
+    if record.checkpoint is None:
+        return None
+    path = Path(record.checkpoint)
+    return path if path.is_file() else None
+
+
+def _timm_file(record: TrialRecord) -> str:
+    return f"trial-{record.number}.timm.pth"
+
+
+def timm_state_dict(record: TrialRecord) -> dict[str, Any] | None:
+    """The trial's weights under the timm model's own names (our checkpoints hold the timm
+    network as ``net``), or ``None`` when the trial kept no checkpoint."""
+    import torch
+
+    path = _stored_checkpoint(record)
+    if path is None:
+        return None
+    state = torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+    if not all(key.startswith("net.") for key in state):
+        raise NasError(f"The checkpoint {str(path)!r} of {record.label} holds weights outside "
+                       "the timm network (keys not under `net.`); export it as torch instead.")
+    return {key.removeprefix("net."): value for key, value in state.items()}
+
+
+def _timm_weights(record: TrialRecord) -> dict[str, bytes]:
+    import torch
+
+    state = timm_state_dict(record)
+    if state is None:
+        return {}
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return {_timm_file(record): buffer.getvalue()}
+
+
 def _timm(record: TrialRecord) -> str:
     assert record.geometry is not None  # Format.check
     name, kwargs = timm_model_args(record.arch, record.geometry)
-    doc = {"model_name": name, "kwargs": kwargs,
-           "usage": "import nas, timm; timm.create_model(model_name, **kwargs)",
+    weights = _timm_file(record) if _stored_checkpoint(record) is not None else None
+    doc = {"model_name": name, "kwargs": kwargs, "checkpoint": weights,
+           "usage": ("import nas, timm; timm.create_model(model_name, **kwargs, "
+                     "checkpoint_path=checkpoint)  # checkpoint: relative to this file; "
+                     "or model.load_state_dict(torch.load(checkpoint))"),
            "provenance": {"study": record.study, "trial": record.number,
                           "arch_id": record.arch.arch_id, "version": record.version}}
     return json.dumps(doc, indent=2) + "\n"
+
+
+def _timm_limits(record: TrialRecord) -> list[str]:
+    if record.checkpoint is not None and _stored_checkpoint(record) is None:
+        return [f"the trial's checkpoint {record.relative(record.checkpoint)!a} was not found, "
+                "so no weights are written"]
+    return []
 
 
 # ----------------------------------------------------------------------------- torch
@@ -266,6 +436,7 @@ _TORCH = '''\
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import torch
 
@@ -301,19 +472,30 @@ def _literal(mapping: dict[str, Any]) -> str:
     return "{\n" + "".join(f"    {k!r}: {v!r},\n" for k, v in mapping.items()) + "}"
 
 
+def _torch_file(record: TrialRecord) -> str:
+    return f"trial-{record.number}.pt"
+
+
+def _torch_weights(record: TrialRecord) -> dict[str, bytes]:
+    path = _stored_checkpoint(record)
+    return {} if path is None else {_torch_file(record): path.read_bytes()}
+
+
 def _torch(record: TrialRecord) -> str:
     assert record.geometry is not None  # Format.check
-    checkpoint, note = record.checkpoint, ""
-    if checkpoint is None:
+    note, checkpoint = "", "None"
+    if record.checkpoint is None:
         note = "# No checkpoint was stored with this trial: the network is randomly initialised.\n"
-    elif not Path(checkpoint).is_file():
-        note = (f"# The trial's checkpoint {checkpoint!a} was not found when exporting: "
-                "pass its path.\n")
-        checkpoint = None
+    elif _stored_checkpoint(record) is None:
+        note = (f"# The trial's checkpoint {record.relative(record.checkpoint)!a} was not found "
+                "when exporting: pass its path.\n")
+    else:  # copied beside this script: the folder can move
+        note = f"# The trial's checkpoint, copied beside this script as {_torch_file(record)}.\n"
+        checkpoint = f"str(Path(__file__).resolve().with_name({_torch_file(record)!a}))"
     return _TORCH.format(
         header=_header(record), script=f"trial-{record.number}.py",
         arch=_literal(record.arch.to_dict()), geometry=_literal(asdict(record.geometry)),
-        checkpoint_note=note, checkpoint=ascii(checkpoint) if checkpoint else "None",
+        checkpoint_note=note, checkpoint=checkpoint,
     )
 
 
@@ -321,11 +503,14 @@ def _torch(record: TrialRecord) -> str:
 FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("yaml", "trial-{n}.yaml", _yaml),
     Format("json", "trial-{n}.json", _json),
-    Format("hf-config", "trial-{n}/config.json", _hf),
-    Format("openvqa", "trial-{n}.openvqa.yml", _openvqa, families=("mcan",)),
-    Format("acort", "trial-{n}.acort.sh", _acort, families=("ort",)),
-    Format("timm", "trial-{n}.timm.json", _timm, families=("vit", "swin"), needs_geometry=True),
-    Format("torch", "trial-{n}.py", _torch, needs_geometry=True),
+    Format("hf-config", "trial-{n}/config.json", _hf, limits=_hf_limits),
+    Format("openvqa", "trial-{n}.openvqa.yml", _openvqa, families=("mcan",),
+           refusal=_unequal_depths, limits=_openvqa_limits),
+    Format("acort", "trial-{n}.acort.sh", _acort, families=("ort",), refusal=_unequal_depths,
+           limits=_acort_limits),
+    Format("timm", "trial-{n}.timm.json", _timm, families=("vit", "swin"), needs_geometry=True,
+           extras=_timm_weights, limits=_timm_limits),
+    Format("torch", "trial-{n}.py", _torch, needs_geometry=True, extras=_torch_weights),
 )}
 
 

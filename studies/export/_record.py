@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -47,7 +48,9 @@ class TrialRecord:
 
     ``objectives`` maps objective names to values (``None`` unless the trial completed);
     ``geometry`` is the task geometry its costs were computed on (``None`` when it cannot be
-    determined); ``checkpoint`` is the trial's stored checkpoint path, if the engine kept one.
+    determined); ``checkpoint`` is the trial's stored checkpoint path, if the engine kept one;
+    ``export_dir`` the folder an export writes into (set by the writer), which the paths written
+    into files are relative to.
     """
 
     study: str
@@ -69,10 +72,18 @@ class TrialRecord:
     checkpoint: str | None
     version: str
     git_commit: str | None
+    export_dir: str | None = None  # the folder written into: paths in files are relative to it
 
     @property
     def label(self) -> str:
         return f"trial {self.number} of study {self.study!r}"
+
+    def relative(self, path: str | None) -> str | None:
+        """``path`` relative to ``export_dir`` (as stored when there is none), so an export
+        folder can move together with what it points to."""
+        if path is None or self.export_dir is None:
+            return path
+        return os.path.relpath(os.path.abspath(path), self.export_dir)
 
     def task_section(self) -> dict[str, Any]:
         return {"name": self.task, "options": dict(self.task_options),
@@ -86,7 +97,7 @@ class TrialRecord:
             "directions": dict(self.directions), "arch_id": self.arch.arch_id,
             "cost": self.cost, "space_hash": self.space_hash, "seed": self.seed,
             "fidelity": self.fidelity, "epochs_reached": self.epochs_reached,
-            "checkpoint": self.checkpoint, "package": "lightweight-nas",
+            "checkpoint": self.relative(self.checkpoint), "package": "lightweight-nas",
             "version": self.version, "git_commit": self.git_commit,
         }
 

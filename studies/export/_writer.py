@@ -1,8 +1,9 @@
 """Writing exports: every file rendered and checked before the first one is written.
 
 Files are named by trial number only (``trial-<n>.<ext>``, ``trial-<n>/config.json``,
-``pareto.csv``), so study names never reach a path; each target is still checked to resolve
-inside ``out``. Existing files are refused unless ``force``; on any error nothing is written.
+``trial-<n>.pt``, ``pareto.csv``), so study names never reach a path; each target is still
+checked to resolve inside ``out``. Existing files are refused unless ``force``; on any error
+nothing is written.
 
 Nothing outside ``out`` is ever written, chmodded or replaced, whatever is planted inside it:
 staging files (``.<name>.partial``) are created with an exclusive, no-follow open relative to the
@@ -14,10 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import errno
 import io
 import os
 import stat
+import sys
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from nas.errors import ConfigError, NasError
@@ -198,9 +202,14 @@ def export_trials(
     pareto: bool = False,
     storage_url: str | None = None,
     force: bool = False,
+    note: Callable[[str], None] | None = None,
 ) -> list[Path]:
     """Export trial ``trial`` (or, with ``pareto``, every Pareto-optimal trial plus
-    ``pareto.csv``) of study ``name`` as ``fmt`` into folder ``out``; the paths written."""
+    ``pareto.csv``) of study ``name`` as ``fmt`` into folder ``out``; the paths written (a
+    format may write more than one file per trial, e.g. weights beside a script).
+
+    What the format's client cannot express about a trial is written in its file and passed to
+    ``note`` once the files are written (default: one line each on stderr)."""
     if (trial is None) == (not pareto):
         raise ConfigError("Export either one trial (trial=N) or the Pareto front (pareto=True).")
     form = _format(fmt)
@@ -213,12 +222,17 @@ def export_trials(
                        f"writable folder.")
     records = (pareto_records(name, storage_url) if trial is None
                else [trial_record(name, trial, storage_url)])
+    # paths written into files are relative to the export folder, so it can move
+    export_dir = os.path.abspath(out_dir)
+    records = [dataclasses.replace(r, export_dir=export_dir) for r in records]
     for record in records:
         form.check(record)
-    files = {form.path(r.number): form.render(r) for r in records}
+    files: dict[str, bytes] = {}
+    for record in records:
+        files.update(form.files(record))
     if pareto:
-        files[INDEX] = pareto_index(records, form)
-    targets = {_parts(out_dir, rel): text for rel, text in files.items()}
+        files[INDEX] = pareto_index(records, form).encode("utf-8")
+    targets = {_parts(out_dir, rel): data for rel, data in files.items()}
     existing = [out_dir.joinpath(*parts) for parts in targets if _check_target(out_dir, parts)]
     if existing and not force:
         more = f" (and {len(existing) - 1} more)" if len(existing) > 1 else ""
@@ -233,8 +247,8 @@ def export_trials(
     except OSError as exc:
         raise NasError(f"Cannot write {str(out_dir)!r}: {exc.strerror}.") from None
     try:
-        for parts, text in targets.items():
-            stage.write(parts, text.encode("utf-8"), 0o755 if parts[-1].endswith(".sh") else 0o644)
+        for parts, data in targets.items():
+            stage.write(parts, data, 0o755 if parts[-1].endswith(".sh") else 0o644)
         stage.commit()
     except NasError:
         stage.abandon()
@@ -244,4 +258,12 @@ def export_trials(
         raise NasError(f"Cannot write {str(stage.current)!r}: {exc.strerror}.") from None
     finally:
         stage.close()
+    say = note if note is not None else _to_stderr
+    for record in records:
+        for text in form.notes(record):
+            say(f"{record.label}: {text}")
     return [out_dir.joinpath(*parts) for parts in targets]
+
+
+def _to_stderr(text: str) -> None:
+    print(f"nas export: note: {text}", file=sys.stderr)
