@@ -19,7 +19,7 @@ from studies.keys import COUNTED_EXCLUDED, Status, TrialKey
 from studies.spec import StudySpec
 from studies.storage import session, set_trial_user_attrs
 
-__all__ = ["StudyRun", "counted_trials", "mark_interrupted", "tell"]
+__all__ = ["StudyRun", "base_settings", "counted_trials", "mark_interrupted", "tell"]
 
 
 @dataclass
@@ -31,6 +31,15 @@ class StudyRun:
     study: optuna.Study
     storage: optuna.storages.RDBStorage
     geometry: TaskGeometry | None = None
+
+
+def base_settings(spec: StudySpec) -> dict[str, Any]:
+    """The training settings of every trial before the space's own: the task's quick defaults
+    (the ones `nas train` uses), the study's ``train``, its epochs and seed."""
+    from trainers.loop import quick_defaults
+
+    defaults = {k: v for k, v in quick_defaults(spec.task).items() if k != "epochs"}
+    return {**defaults, **spec.train, "epochs": spec.fidelity.epochs, "seed": spec.seed}
 
 
 def counted_trials(trials: list[optuna.trial.FrozenTrial]) -> int:

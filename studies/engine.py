@@ -40,7 +40,7 @@ from nas.errors import ConfigError, NasError, RunAborted
 from nas.loading import load_arch, unwritable_ancestor
 from nas.tasks import GEOMETRIES, TaskGeometry
 from search_spaces import SearchSpace, load_space
-from studies._trials import StudyRun, counted_trials
+from studies._trials import StudyRun, base_settings, counted_trials
 from studies._tune import fit, tune_callbacks
 from studies.cluster import HeadWatch, check_ray_address, connect
 from studies.keys import Status, StudyKey, TrialKey
@@ -144,7 +144,7 @@ def create_study(spec: StudySpec, storage_url: str | None = None, *,
     """
     space = _space_for(spec)
     sampler = make_sampler(spec.sampler, spec.seed)
-    enqueued = [_enqueue_params(space, item, spec.train) for item in spec.enqueue]
+    enqueued = [_enqueue_params(space, item, base_settings(spec)) for item in spec.enqueue]
     if spec.evaluator:
         evaluator = _load_evaluator(spec.evaluator)
         if spec.checkpoints and not _accepts(evaluator, "checkpoint_dir"):
@@ -223,7 +223,7 @@ def check_space(spec: StudySpec, space: SearchSpace, geometry: TaskGeometry,
     from studies.searcher import broken_constraints
     from trainers import TrainConfig
 
-    base = {**spec.train, "epochs": spec.fidelity.epochs, "seed": spec.seed}
+    base = base_settings(spec)
     try:
         cfg = TrainConfig.from_dict(base)
     except NasError as exc:
@@ -269,7 +269,8 @@ def _enqueue_params(space: SearchSpace, item: Any,
     else:
         raise ConfigError(f"`enqueue` items are presets, files or mappings, got {item!r}.")
     try:
-        return label, space.params_for(config, train)
+        return label, space.params_for(config, {k: v for k, v in train.items()
+                                                if k in space.train})
     except ConfigError as exc:
         raise ConfigError(f"Cannot enqueue {label!r}: {exc}") from None
 

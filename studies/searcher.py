@@ -35,7 +35,7 @@ from ray.tune.stopper import Stopper
 from nas.errors import NasError
 from nas.tasks import TaskGeometry
 from studies._progress import Progress
-from studies._trials import StudyRun, counted_trials, mark_interrupted, tell
+from studies._trials import StudyRun, base_settings, counted_trials, mark_interrupted, tell
 from studies.keys import COUNTED_EXCLUDED, Status, TrialKey
 from studies.spec import StudySpec
 from studies.storage import StorageError, session, set_trial_user_attrs, write_epoch
@@ -170,7 +170,7 @@ class StudySearcher(Searcher):
         self.values = [list(t.values) for t in trials if t.state == TrialState.COMPLETE]
         self.counted = counted_trials(trials)
         self.known = _known_results(trials)
-        self.settings_base = {**spec.train, "epochs": spec.fidelity.epochs, "seed": spec.seed}
+        self.settings_base = base_settings(spec)
         self.latency = ("latency_ms" in spec.objective_names
                         or "latency_ms_max" in spec.constraints)
         self.costs: dict[str, Cost] = {}

@@ -403,3 +403,19 @@ def test_an_enqueued_architecture_trains_with_the_studys_learning_rate(tmp_path)
     trial = run.study.ask()
     _, overrides = run.space.suggest(trial)
     assert overrides["lr"] == pytest.approx(3e-3)
+
+
+def test_trials_train_with_the_task_defaults_nas_train_uses(tmp_path) -> None:
+    """`nas train` and a study trial of the same task start from the same settings."""
+    from trainers.loop import quick_defaults
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    spec = StudySpec.from_dict(h.study_dict("defaults", budget={"trials": 1},
+                                            train={"batch_size": 32}))
+    run = create_study(spec, url, geometry=h.GEOMETRY)
+    run_study(run, evaluator=h.instant, progress=False)
+    (trial,) = h.load(url, "defaults")
+    settings = trial.user_attrs[TrialKey.TRAIN]
+    assert settings["lr"] == quick_defaults("digits")["lr"]  # the task's default
+    assert settings["batch_size"] == 32  # the study's own train wins
+    assert settings["epochs"] == 2 and settings["seed"] == 0  # fidelity and seed, not the CLI's
