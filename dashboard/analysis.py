@@ -113,9 +113,12 @@ def importances(data: StudyData) -> dict[str, dict[str, float]]:
 
 
 # ----------------------------------------------------------------------------- table
+# A DataTable filter part: ``{column} op value``. The table prefixes an operator with ``s``
+# (case-sensitive) or ``i`` (case-insensitive), as it writes ``{knob} scontains kv`` for ``kv``
+# typed into a text column's filter cell.
 _FILTER_PART = re.compile(
-    r"\{(?P<column>[^}]+)\}\s*(?P<op>s?(?:>=|<=|!=|=|<|>)|contains|datestartswith|eq|ne|lt|le"
-    r"|gt|ge)\s*(?P<value>.*)$", re.DOTALL)
+    r"\{(?P<column>[^}]+)\}\s*(?P<case>[is]?)(?P<op>>=|<=|!=|=|<|>|contains|datestartswith"
+    r"|eq|ne|lt|le|gt|ge)\s*(?P<value>.*)$", re.DOTALL)
 _OPS = {"eq": "=", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
@@ -130,27 +133,34 @@ def _filter_value(text: str) -> Any:
 
 
 def filter_trials(df: pd.DataFrame, query: str | None) -> pd.DataFrame:
-    """Apply a DataTable ``filter_query`` (``{col} op value`` parts joined by ``&&``); parts
-    naming unknown columns or malformed are ignored."""
+    """Apply a DataTable ``filter_query`` (``{col} op value`` parts joined by ``&&``, an
+    operator optionally prefixed ``s`` or ``i`` for case); parts naming unknown columns or
+    malformed are ignored. Text is compared without regard to case unless ``s`` asks for it:
+    ``kv`` typed in a filter cell keeps the rows whose cell contains ``kv`` or ``KV``."""
     if not query:
         return df
     for part in query.split(" && "):
         match = _FILTER_PART.match(part.strip())
         if not match or match["column"] not in df.columns:
             continue
-        op = _OPS.get(match["op"], match["op"]).removeprefix("s")
+        op = _OPS.get(match["op"], match["op"])
+        sensitive = match["case"] == "s" and op in ("contains", "datestartswith")
         value = _filter_value(match["value"])
         column = df[match["column"]]
         if op in ("contains", "datestartswith"):
-            text = column.astype(str).str
-            keep = (text.contains(str(value), case=False, regex=False) if op == "contains"
-                    else text.startswith(str(value)))
+            text = column.astype(str).where(column.notna(), "")
+            needle = str(value) if not isinstance(value, float) else match["value"].strip()
+            if not sensitive:
+                text, needle = text.str.lower(), needle.lower()
+            keep = (text.str.contains(needle, regex=False) if op == "contains"
+                    else text.str.startswith(needle))
         elif isinstance(value, float):
             numbers = pd.to_numeric(column, errors="coerce")
             keep = {"=": numbers == value, "!=": numbers != value, "<": numbers < value,
                     "<=": numbers <= value, ">": numbers > value, ">=": numbers >= value}[op]
         else:
-            text = column.astype(str)
+            text = column.astype(str).str.lower()
+            value = value.lower()
             keep = {"=": text == value, "!=": text != value, "<": text < value,
                     "<=": text <= value, ">": text > value, ">=": text >= value}[op]
         df = df[keep.fillna(False).astype(bool)]
@@ -250,8 +260,8 @@ class StudyView:
     @cached_property
     def table(self) -> pd.DataFrame:
         """The trial table: every trial, with ``pareto`` marking the front."""
-        df = self.data.trials.drop(columns=["trial_id", "cost_params", "cost_madds",
-                                            "completed"])
+        df = self.data.trials.drop(columns=["trial_id", "state", "cost_params", "cost_madds",
+                                            "completed"])  # the status says what the state does
         pareto = pd.Series("", index=df.index, dtype=object)
         pareto[self.complete.index[self.front]] = "yes"
         df.insert(1, "pareto", pareto)

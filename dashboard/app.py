@@ -35,6 +35,7 @@ from dashboard.data import (
     study_info,
     study_names,
 )
+from dashboard.formatting import kind_of, number
 from nas.errors import NasError
 from studies.keys import StudyKey
 from studies.pareto import normalized_hypervolume
@@ -275,6 +276,23 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
     def importance(data: dict[str, Any]) -> Any:
         return figures.importance(view(data).importances)
 
+    @app.callback(Output(layout.TABLE, "columns"), Output(layout.EFFECT_KNOB, "options"),
+                  Output(layout.EFFECT_KNOB, "value"), store, State(layout.TABLE, "columns"),
+                  State(layout.EFFECT_KNOB, "value"))
+    @_guarded(lambda message: (no_update, no_update, no_update))
+    def knobs(data: dict[str, Any], shown: list[dict[str, Any]] | None,
+              knob: str | None) -> Any:
+        # The knobs are the parameters the trials hold: a page opened before the first trial
+        # finished has none, and gets them here when the trials arrive.
+        v = view(data)
+        columns = layout.table_columns(v.data)
+        options = layout.knob_options(v.data)
+        values = [o["value"] for o in options]
+        chosen = knob if knob in values else layout.default_knob(v.data)
+        if columns == shown and chosen == knob:
+            return no_update, no_update, no_update
+        return columns, options, chosen
+
     @app.callback(Output(layout.EFFECT, "figure"), store, Input(layout.EFFECT_KNOB, "value"),
                   Input(layout.EFFECT_OBJECTIVE, "value"))
     @_guarded(figures.empty)
@@ -300,7 +318,7 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
         size = size or layout.PAGE_SIZE
         page = page or 0
         shown = rows.iloc[page * size:(page + 1) * size]
-        return _records(shown, v.data.info.name), max(1, -(-len(rows) // size))
+        return _records(shown, v.data.info.name, v.data.objectives), max(1, -(-len(rows) // size))
 
     @app.callback(Output(layout.URL, "pathname", allow_duplicate=True),
                   Input(layout.PARETO_2D, "clickData"), Input(layout.PARETO_3D, "clickData"),
@@ -318,28 +336,21 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
         return layout.trial_href(data["name"], int(number))
 
 
-def _cell(value: Any) -> Any:
-    if value is None or (isinstance(value, float) and np.isnan(value)):
-        return None
-    if isinstance(value, (bool, np.bool_)):
-        return str(bool(value))
-    if isinstance(value, (pd.Timestamp,)):
-        return value.strftime("%Y-%m-%d %H:%M:%S")
-    if isinstance(value, (np.integer, int)):
-        return int(value)
-    if isinstance(value, (np.floating, float)):
-        return int(value) if float(value).is_integer() else float(f"{float(value):.6g}")
-    return str(value)
-
-
-def _records(rows: pd.DataFrame, name: str) -> list[dict[str, Any]]:
+def _records(rows: pd.DataFrame, name: str, objectives: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The table's cells as the page shows them (``dashboard.formatting``); sorting and
+    filtering work on the values (``dashboard.analysis``), before this."""
+    kinds = {c: kind_of(c, objectives) for c in rows.columns}
     out = []
     for record in rows.to_dict("records"):
-        cells = {k: _cell(v) for k, v in record.items()}
-        number = int(record["number"])
-        cells["number"] = f"[{number}]({layout.trial_href(name, number)})"
+        cells = {k: (None if _missing(v) else number(v, kinds[k])) for k, v in record.items()}
+        number_ = int(record["number"])
+        cells["number"] = f"[{number_}]({layout.trial_href(name, number_)})"
         out.append(cells)
     return out
+
+
+def _missing(value: Any) -> bool:
+    return value is None or value is pd.NaT or (isinstance(value, float) and np.isnan(value))
 
 
 def _csv_safe(df: pd.DataFrame) -> pd.DataFrame:

@@ -37,6 +37,8 @@ from studies.storage import (
 
 __all__ = [
     "FIXED_COLUMNS",
+    "STATUS_OF_STATE",
+    "UNFINISHED",
     "StudyData",
     "StudyInfo",
     "fingerprint",
@@ -56,8 +58,13 @@ FIXED_COLUMNS = ("number", "state", "status", "reason", "arch_id", "epochs_reach
 # is read per trial; ``TrialKey.COST`` gives ``cost_params`` and ``cost_madds``).
 _SCALAR_ATTRS = {TrialKey.STATUS: "status", TrialKey.REASON: "reason",
                  TrialKey.ARCH_ID: "arch_id", TrialKey.EPOCHS_REACHED: "epochs_reached"}
-# A status as Optuna stores a user attribute (JSON text), to compare in SQL.
-_REJECTED_JSON = json.dumps(Status.REJECTED)
+#: The words of trials that have not finished, beside ``studies.keys.Status``' six.
+UNFINISHED = ("running", "waiting")
+#: A trial's status where it has no ``TrialKey.STATUS`` (a study not made by nas, a trial
+#: still running): its Optuna state in ``Status``' words, so that a page never shows "pruned"
+#: beside "stopped" for the same thing.
+STATUS_OF_STATE = {"complete": Status.COMPLETED, "pruned": Status.STOPPED,
+                   "fail": Status.FAILED, "running": "running", "waiting": "waiting"}
 
 
 # ----------------------------------------------------------------------------- the engine
@@ -163,10 +170,11 @@ def study_info(engine: Engine, name: str) -> StudyInfo:
 
 
 def list_studies(engine: Engine) -> tuple[list[StudyInfo], pd.DataFrame]:
-    """Every study, and a frame with one row per study: trials by state (``rejected`` and
-    ``failed`` split Optuna's FAIL by ``TrialKey.STATUS``), last activity, and each objective's
-    values of the completed trials (columns ``study_id``, ``objective``, ``value``) in
-    ``frame.attrs["values"]``, for the caller's best values and hypervolume."""
+    """Every study, and a frame with one row per study: trials by status (one column per
+    ``studies.keys.Status`` word and per :data:`UNFINISHED` one, by ``TrialKey.STATUS`` or else
+    the state), last activity, and each objective's values of the completed trials (columns
+    ``study_id``, ``objective``, ``value``) in ``frame.attrs["values"]``, for the caller's best
+    values and hypervolume."""
     t, v = sql.trials, sql.trial_values
     with sql.reading(engine) as conn:
         infos = _infos(conn)
@@ -177,11 +185,12 @@ def list_studies(engine: Engine) -> tuple[list[StudyInfo], pd.DataFrame]:
             .group_by(t.c.study_id, t.c.state)).all(),
             columns=["study_id", "state", "n", "started", "completed"])
         statuses = pd.DataFrame(conn.execute(
-            sa.select(t.c.study_id, sql.trial_attrs.c.value_json, sa.func.count().label("n"))
+            sa.select(t.c.study_id, t.c.state, sql.trial_attrs.c.value_json,
+                      sa.func.count().label("n"))
             .join(t, t.c.trial_id == sql.trial_attrs.c.trial_id)
-            .where(sql.trial_attrs.c.key == TrialKey.STATUS, sql.as_text(t.c.state) == "FAIL")
-            .group_by(t.c.study_id, sql.trial_attrs.c.value_json)).all(),
-            columns=["study_id", "status", "n"])
+            .where(sql.trial_attrs.c.key == TrialKey.STATUS)
+            .group_by(t.c.study_id, t.c.state, sql.trial_attrs.c.value_json)).all(),
+            columns=["study_id", "state", "status", "n"])
         values = pd.DataFrame(conn.execute(
             sa.select(t.c.study_id, t.c.number, v.c.objective, v.c.value)
             .join(t, t.c.trial_id == v.c.trial_id)
@@ -189,22 +198,30 @@ def list_studies(engine: Engine) -> tuple[list[StudyInfo], pd.DataFrame]:
                    sql.as_text(v.c.value_type) == "FINITE")).all(),
             columns=["study_id", "number", "objective", "value"])
     rows = []
+    words = (*Status.ALL, *UNFINISHED)
     for info in infos:
         mine = states[states.study_id == info.study_id]
-        counts = {str(s).lower(): int(n) for s, n in zip(mine.state, mine.n, strict=True)}
-        fail = statuses[statuses.study_id == info.study_id]
-        rejected = int(fail.n[fail.status == _REJECTED_JSON].sum())
+        counts = dict.fromkeys(words, 0)
+        unlabelled = {str(s).lower(): int(n) for s, n in zip(mine.state, mine.n, strict=True)}
+        labelled = statuses[statuses.study_id == info.study_id]
+        for state, text, n in zip(labelled.state, labelled.status, labelled.n, strict=True):
+            state = str(state).lower()
+            word = sql.loads(text)
+            if state in UNFINISHED or word not in Status.ALL:
+                continue  # counted by its state below
+            counts[word] += int(n)
+            unlabelled[state] -= int(n)
+        for state, n in unlabelled.items():
+            word = STATUS_OF_STATE.get(state)
+            if word is not None:
+                counts[word] += n
         stamps = [x for x in (*mine.started, *mine.completed) if pd.notna(x)]
         rows.append({
             "study_id": info.study_id, "name": info.name, "task": info.task,
-            "trials": int(mine.n.sum()), "complete": counts.get("complete", 0),
-            "pruned": counts.get("pruned", 0), "rejected": rejected,
-            "failed": counts.get("fail", 0) - rejected, "running": counts.get("running", 0),
-            "waiting": counts.get("waiting", 0),
+            "trials": int(mine.n.sum()), **counts,
             "last_activity": max(stamps) if stamps else None,
         })
-    frame = pd.DataFrame(rows, columns=["study_id", "name", "task", "trials", "complete",
-                                        "pruned", "rejected", "failed", "running", "waiting",
+    frame = pd.DataFrame(rows, columns=["study_id", "name", "task", "trials", *words,
                                         "last_activity"])
     frame.attrs["values"] = values
     return infos, frame
@@ -362,7 +379,7 @@ def load_study(engine: Engine, info: StudyInfo, version: str = "") -> StudyData:
     df = df.join(attrs)
     for column in ("status", "reason", "arch_id", "epochs_reached"):
         df[column] = df[column].astype(object) if column in df else None
-    df["status"] = df.status.where(df.status.notna(), df.state)
+    df["status"] = df.status.where(df.status.notna(), df.state.map(STATUS_OF_STATE))
     for i, name in enumerate(info.objectives):
         df[name] = values[f"v{i}"] if f"v{i}" in values else float("nan")
         df[name] = df[name].astype(float)
@@ -417,7 +434,8 @@ def load_trial(engine: Engine, info: StudyInfo, number: int) -> dict[str, Any]:
         e["extra"] = sql.loads(e.get("extra")) or {}
     return {
         "number": number, "state": str(row.state).lower(),
-        "status": attrs.get(TrialKey.STATUS, str(row.state).lower()),
+        "status": attrs.get(TrialKey.STATUS) or STATUS_OF_STATE.get(str(row.state).lower(),
+                                                                    str(row.state).lower()),
         "reason": attrs.get(TrialKey.REASON),
         "values": {name: values.get(i) for i, name in enumerate(info.objectives)},
         "params": param_values, "attrs": attrs,

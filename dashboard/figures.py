@@ -21,6 +21,7 @@ from plotly.subplots import make_subplots
 
 from dashboard.analysis import front_mask, knob_groups
 from dashboard.data import StudyData
+from dashboard.formatting import Kind, header, kind_of, number
 from studies.keys import Status
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
 WEBGL_FROM = 2000
 COLORS = {"front": "#1f77b4", "dominated": "rgba(127,127,127,0.3)", "rejected": "#d62728",
           "other": "#ff7f0e"}
+_DOMINATED_3D = "#7f7f7f"  # COLORS["dominated"] without its transparency
 _GRID = "#EBF0F8"
 _AXIS = {"gridcolor": _GRID, "linecolor": _GRID, "zerolinecolor": _GRID, "automargin": True}
 _SCENE_AXIS = {"backgroundcolor": "white", "gridcolor": "#DFE8F3", "showbackground": True,
@@ -84,23 +86,14 @@ def _label(name: str, directions: Mapping[str, str]) -> str:
     if name == "number":
         return "trial"
     arrow = {"maximize": " (higher is better)", "minimize": " (lower is better)"}
-    return text(name) + arrow.get(directions.get(name, ""), "")
+    return text(header(name)) + arrow.get(directions.get(name, ""), "")
 
 
-def _number(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, (bool, np.bool_)):
-        return str(bool(value))
-    if isinstance(value, (int, np.integer)) or (isinstance(value, float) and value.is_integer()
-                                                and abs(value) >= 1000):
-        return f"{int(value):,}"
-    if isinstance(value, (float, np.floating)):
-        return f"{value:.4g}"
-    return text(value)
+def _number(value: Any, kind: Kind = "plain") -> str:
+    return text(number(value, kind))
 
 
-def _column_text(column: pd.Series, prefix: str = "") -> np.ndarray:
+def _column_text(column: pd.Series, prefix: str = "", kind: Kind = "plain") -> np.ndarray:
     """A column as short escaped display strings ("-" where missing), each after ``prefix``;
     every distinct value is formatted once."""
     values = column.to_numpy(dtype=object)
@@ -111,7 +104,7 @@ def _column_text(column: pd.Series, prefix: str = "") -> np.ndarray:
                for v in values]
     codes, uniques = pd.factorize(keys, use_na_sentinel=True)
     firsts = {code: i for i, code in reversed(list(enumerate(codes)))}
-    labels = [prefix + _number(values[firsts[c]]) for c in range(len(uniques))]
+    labels = [prefix + _number(values[firsts[c]], kind) for c in range(len(uniques))]
     return np.array([*labels, prefix + "-"], dtype=object)[codes]  # -1: missing, the last
 
 
@@ -130,13 +123,13 @@ def hover_labels(data: StudyData) -> pd.Series:
 
 def _hover(df: pd.DataFrame, data: StudyData) -> list[str]:
     columns = [c for c in data.objectives if c in df] + list(data.knobs)
-    names = [text(c) for c in columns]
+    names = [text(header(c)) for c in columns]
     status = [f"<b>trial {n}</b> {'not trained: ' if s == Status.REJECTED else ''}{text(s)}"
               + (f"<br>{text(r[:120])}" if isinstance(r, str) and r else "")
               for n, s, r in zip(df.number, df.status, df.reason, strict=True)]
-    cells = [_column_text(df[column], f"{name} = ")
+    cells = [_column_text(df[column], f"{name} = ", kind_of(column, data.objectives))
              for name, column in zip(names, columns, strict=True)]
-    cells.append(_column_text(df.arch_id, "arch_id "))
+    cells.append(_column_text(df.arch_id, header("arch_id") + " "))
     return ["<br>".join(row) for row in zip(status, *cells, strict=True)]
 
 
@@ -255,15 +248,23 @@ def pareto_3d(data: StudyData, front: np.ndarray, *,
                      "costs the engine stores).")
     directions = {**dict.fromkeys(("params", "madds"), "minimize"),
                   **dict(zip(data.objectives, data.info.directions, strict=True))}
-    fig = _figure(margin={"l": 0, "r": 0, "t": 30, "b": 0}, uirevision="3d",
-                  scene={"xaxis_title": text(axes[0]), "yaxis_title": text(axes[1]),
-                         "zaxis_title": text(axes[2])})
+    # Margins that leave room for the legend under the scene (with none, it was cut).
+    fig = _figure(margin={"l": 10, "r": 10, "t": 30, "b": 10}, uirevision="3d",
+                  legend={"orientation": "h", "y": 0, "yanchor": "top"},
+                  scene={"xaxis_title": _label(axes[0], directions),
+                         "yaxis_title": _label(axes[1], directions),
+                         "zaxis_title": _label(axes[2], directions)})
     labels = hover_labels(data) if labels is None else labels
     for name, df, marker in _scatter_groups(data, front):
         px, py, pz = _points(df, axes, directions, complete)
+        opacity = 1.0
+        if marker["color"] == COLORS["dominated"]:
+            # WebGL 3-D draws a marker whose colour is half transparent, at the 2-D size
+            # halved, as nearly nothing: faded here by a solid grey and the trace's opacity.
+            marker, opacity = {**marker, "color": _DOMINATED_3D}, 0.35
         fig.add_trace(go.Scatter3d(
-            x=px, y=py, z=pz, mode="markers", name=name,
-            marker={**marker, "size": max(2, marker["size"] // 2)},
+            x=px, y=py, z=pz, mode="markers", name=name, opacity=opacity,
+            marker={**marker, "size": max(5, int(marker["size"] * 0.8))},
             customdata=_numbers(df.number), hovertext=_texts(labels.loc[df.index]),
             hoverinfo="text"))
     return fig
@@ -315,13 +316,13 @@ def parallel_coordinates(data: StudyData) -> go.Figure:
     for knob in data.knobs:
         column = complete[knob]
         if _is_numeric(data, knob, column):
-            dims.append({"label": text(knob), "values": column.to_numpy(dtype=float)})
+            dims.append({"label": text(header(knob)), "values": column.to_numpy(dtype=float)})
         else:
             values, ticks, labels = _codes(column)
-            dims.append({"label": text(knob), "values": values, "tickvals": ticks,
+            dims.append({"label": text(header(knob)), "values": values, "tickvals": ticks,
                          "ticktext": labels, "range": [-0.2, max(ticks) + 0.2]})
     for objective in data.objectives:
-        dims.append({"label": text(objective),
+        dims.append({"label": text(header(objective)),
                      "values": complete[objective].to_numpy(dtype=float)})
     colour = complete[data.objectives[0]].to_numpy(dtype=float) if data.objectives else None
     fig = _figure(margin={"l": 60, "r": 60, "t": 60, "b": 30})
@@ -340,7 +341,8 @@ def importance(scores: Mapping[str, Mapping[str, float]]) -> go.Figure:
     fig = _figure(xaxis_title="share of the objective's variance explained (omega squared)",
                   barmode="group", height=max(300, 40 * len(knobs) * max(1, len(scores)) // 2))
     for objective, values in scores.items():
-        fig.add_trace(go.Bar(y=[text(k) for k in knobs], x=[values.get(k, 0.0) for k in knobs],
+        fig.add_trace(go.Bar(y=[text(header(k)) for k in knobs],
+                             x=[values.get(k, 0.0) for k in knobs],
                              name=text(objective), orientation="h",
                              hovertemplate="%{y}: %{x:.3f}<extra>" + text(objective)
                              + "</extra>"))
@@ -354,7 +356,7 @@ def knob_effect(data: StudyData, knob: str, objective: str) -> go.Figure:
     if complete.empty or knob not in data.knobs or objective not in data.objectives:
         return empty("No completed trials yet." if complete.empty else "Choose a knob.")
     directions = dict(zip(data.objectives, data.info.directions, strict=True))
-    fig = _figure(xaxis_title=text(knob), yaxis_title=_label(objective, directions),
+    fig = _figure(xaxis_title=text(header(knob)), yaxis_title=_label(objective, directions),
                   showlegend=False)
     column = complete[knob]
     if _is_numeric(data, knob, column):

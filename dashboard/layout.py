@@ -7,20 +7,22 @@ uses raw HTML or ``dangerously_allow_html``. Component ids are the module's cons
 
 from __future__ import annotations
 
-import math
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any, cast
 
-import pandas as pd
 from dash import dcc, html
 from dash.dash_table.DataTable import DataTable
 
-from dashboard.data import StudyData, StudyInfo
-from studies.keys import TrialKey
+from dashboard.data import UNFINISHED, StudyData, StudyInfo
+from dashboard.formatting import header, kind_of, number
+from studies.keys import Status, TrialKey
 
 __all__ = [
+    "by_status",
+    "default_knob",
+    "fmt",
+    "knob_options",
     "page_not_found",
     "shell",
     "studies_page",
@@ -64,20 +66,10 @@ def trial_href(name: str, number: int) -> str:
     return f"{study_href(name)}/trial/{int(number)}"
 
 
-def fmt(value: Any) -> str:
-    """A number or value as people read it (thousands grouped, four significant digits)."""
-    if value is None or value is pd.NaT or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, (datetime, pd.Timestamp)):
-        return value.strftime("%Y-%m-%d %H:%M:%S")
-    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()
-                                  and abs(value) >= 1000):
-        return f"{int(value):,}"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+def fmt(value: Any, name: str = "", objectives: Sequence[str] = ()) -> str:
+    """``value`` as the dashboard writes a value of column ``name`` (see
+    ``dashboard.formatting``)."""
+    return number(value, kind_of(name, objectives))
 
 
 def shell(storage_label: str, refresh_ms: int) -> html.Div:
@@ -118,16 +110,27 @@ def studies_table(rows: Sequence[Mapping[str, Any]]) -> Any:
     last activity."""
     if not rows:
         return html.P("No studies in this database yet: start one with `nas run`.")
-    header = ["study", "task", "trials", "complete", "pruned", "failed", "rejected", "running",
-              "best values", "hypervolume", "last activity"]
+    header = ["study", "task", "trials", "by status", "best values", "hypervolume",
+              "last activity"]
     body = []
     for r in rows:
-        best = "; ".join(f"{name} {fmt(value)}" for name, value in r["best"].items()
-                         if value is not None) or "-"
+        best = "; ".join(f"{name} {fmt(value, name, list(r['best']))}"
+                         for name, value in r["best"].items() if value is not None) or "-"
         body.append([dcc.Link(r["name"], href=study_href(r["name"])), r["task"] or "-",
-                     r["trials"], r["complete"], r["pruned"], r["failed"], r["rejected"],
-                     r["running"], best, f"{r['hypervolume']:.4f}", fmt(r["last_activity"])])
+                     fmt(r["trials"]), by_status({w: r[w] for w in _WORDS}), best,
+                     f"{r['hypervolume']:.4f}", fmt(r["last_activity"])])
     return _table(header, body, id="studies-list")
+
+
+_WORDS = (*Status.ALL, *UNFINISHED)
+
+
+def by_status(counts: Mapping[str, int]) -> str:
+    """Trials by status, in ``studies.keys.Status``' words and order (then running, waiting),
+    the ones with none left out: "completed 6, stopped 1, failed 1"."""
+    # Then any word written by something else than nas.
+    words = _WORDS + tuple(sorted(w for w in counts if w not in _WORDS))
+    return ", ".join(f"{w} {fmt(counts[w])}" for w in words if counts.get(w)) or "none yet"
 
 
 # ----------------------------------------------------------------------------- one study
@@ -146,8 +149,6 @@ def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequen
     objectives = list(info.objectives)
     x = "params" if "params" in objectives else objectives[-1] if objectives else None
     y = next((o for o in objectives if o != x), x)
-    knobs = list(data.knobs)
-    default_knob = "groups" if "groups" in knobs else (knobs[0] if knobs else None)
     return [
         dcc.Store(id=STUDY, data={"name": info.name, "version": version}),
         dcc.Interval(id=STUDY_TICK, interval=refresh_ms),
@@ -189,7 +190,8 @@ def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequen
                 dcc.Dropdown(_options(objectives), objectives[0] if objectives else None,
                              id=EFFECT_OBJECTIVE, clearable=False, style={"width": "200px"}),
                 html.Span("against"),
-                dcc.Dropdown(_options(knobs), default_knob, id=EFFECT_KNOB, clearable=False,
+                dcc.Dropdown(knob_options(data), default_knob(data), id=EFFECT_KNOB,
+                             clearable=False,
                              style={"width": "240px"}),
             ]),
             _graph(EFFECT, 380),
@@ -197,14 +199,15 @@ def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequen
         html.Section(style=_SECTION, children=[
             html.H3("Trials"),
             html.Div(style=_ROW, children=[
-                html.Span("Sort by a header; filter with the row under it (e.g. > 0.5, "
-                          "= rejected)."),
+                html.Span("Sort by a header; filter with the row under it (text: kv; numbers: "
+                      "> 0.5; status: = rejected)."),
                 html.Button("Download CSV", id=CSV_BUTTON, style=_BUTTON),
                 dcc.Download(id=CSV_DOWNLOAD)]),
             DataTable(
                 id=TABLE, columns=cast(Any, table_columns(data)), data=[], page_current=0,
                 page_size=PAGE_SIZE, page_action="custom", sort_action="custom",
                 sort_mode="multi", sort_by=[], filter_action="custom", filter_query="",
+                filter_options={"case": "insensitive"},
                 markdown_options={"link_target": "_self", "html": False},
                 style_table={"overflowX": "auto"},
                 style_cell={"fontFamily": "inherit", "fontSize": "13px", "padding": "3px 8px",
@@ -229,28 +232,48 @@ def study_summary(info: StudyInfo, counts: Mapping[str, int], best: Mapping[str,
                                                        strict=True))
     rows = [
         ["task", info.task or "-"], ["objectives", objectives],
-        ["constraints", ", ".join(f"{k} {fmt(v)}" for k, v in info.constraints.items()) or "-"],
-        ["trials", ", ".join(f"{k} {v}" for k, v in counts.items())],
-        ["best values", "; ".join(f"{k} {fmt(v)}" for k, v in best.items()) or "-"],
+        ["constraints", ", ".join(f"{k} {fmt(v, k.removesuffix('_max'))}"
+                                  for k, v in info.constraints.items()) or "-"],
+        ["trials", by_status(counts)],
+        ["best values", "; ".join(f"{k} {fmt(v, k, info.objectives)}"
+                                  for k, v in best.items()) or "-"],
         ["hypervolume", f"{hypervolume:.4f}"], ["last activity", fmt(last_activity)],
     ]
     return html.Div(_table(["", ""], rows, id="summary-table"))
+
+
+def knob_options(data: StudyData) -> list[dict[str, str]]:
+    """The knob drop-down's options: one per knob column, labelled as the table heads it."""
+    return [{"label": header(k), "value": k} for k in data.knobs]
+
+
+def default_knob(data: StudyData) -> str | None:
+    """The knob shown first: the group count where the space has one."""
+    knobs = list(data.knobs)
+    return "groups" if "groups" in knobs else (knobs[0] if knobs else None)
 
 
 def table_columns(data: StudyData) -> list[dict[str, Any]]:
     """The trial table's columns: number (a link), front membership, status, objectives, knobs
     and the rest."""
     numeric = {"type": "numeric"}
+    text = {"type": "text"}  # typing in its filter cell keeps the rows that contain the text
     columns: list[dict[str, Any]] = [
-        {"id": "number", "name": "trial", "presentation": "markdown"},
-        {"id": "pareto", "name": "Pareto"}, {"id": "status", "name": "status"}]
-    columns += [{"id": o, "name": o, **numeric} for o in data.objectives]
-    columns += [{"id": k, "name": data.knobs[k]} for k in data.knobs]
-    columns += [{"id": "reason", "name": "reason"},
-                {"id": "epochs_reached", "name": "epochs", **numeric},
-                {"id": "duration_s", "name": "seconds", **numeric},
-                {"id": "started", "name": "started"}, {"id": "arch_id", "name": "arch_id"}]
+        {"id": "number", "name": "trial", "presentation": "markdown", **numeric},
+        {"id": "pareto", "name": "Pareto", **text}, {"id": "status", "name": "status", **text}]
+    columns += [{"id": o, "name": header(o), **numeric} for o in data.objectives]
+    columns += [{"id": k, "name": header(data.knobs[k]) if k == data.knobs[k] else header(k),
+                 **(numeric if _numeric_knob(data, k) else text)} for k in data.knobs]
+    columns += [{"id": "reason", "name": "reason", **text},
+                {"id": "epochs_reached", "name": header("epochs_reached"), **numeric},
+                {"id": "duration_s", "name": header("duration_s"), **numeric},
+                {"id": "started", "name": "started", **text},
+                {"id": "arch_id", "name": header("arch_id"), **text}]
     return columns
+
+
+def _numeric_knob(data: StudyData, knob: str) -> bool:
+    return type(data.distributions.get(knob)).__name__ in ("IntDistribution", "FloatDistribution")
 
 
 # ----------------------------------------------------------------------------- one trial
@@ -266,7 +289,7 @@ def trial_page(name: str, number: int, running: bool, refresh_ms: int) -> list[A
 def _kv(mapping: Mapping[str, Any] | None, id_: str) -> Any:
     if not mapping:
         return html.P("-", id=id_)
-    return _table(["key", "value"], [[k, fmt(v) if not isinstance(v, (dict, list)) else str(v)]
+    return _table(["key", "value"], [[k, fmt(v, k) if not isinstance(v, (dict, list)) else str(v)]
                                      for k, v in mapping.items()], id=id_)
 
 
@@ -276,18 +299,17 @@ def trial_body(name: str, trial: Mapping[str, Any], formats: Sequence[str],
     cost by part, per-epoch curves and the export buttons."""
     cost = trial.get("cost") or {}
     parts = cost.get("parts") or {}
-    cost_rows = [[p, fmt(v.get("params")), fmt(v.get("params_matrix")), fmt(v.get("madds"))]
-                 for p, v in parts.items()]
+    keys = ("params", "params_matrix", "madds")
+    cost_rows = [[p, *(fmt(v.get(k), k) for k in keys)] for p, v in parts.items()]
     if cost:
-        cost_rows.append(["total", fmt(cost.get("params")), fmt(cost.get("params_matrix")),
-                          fmt(cost.get("madds"))])
-    state = [["state", trial["state"]], ["status", trial["status"]]]
+        cost_rows.append(["total", *(fmt(cost.get(k), k) for k in keys)])
+    state = [["status", trial["status"]]]
     if trial.get("reason"):
         state.append(["reason", trial["reason"]])
-    state += [[k, fmt(v)] for k, v in trial["values"].items()]
+    state += [[header(k), fmt(v, k, list(trial["values"]))] for k, v in trial["values"].items()]
     state += [["epochs reached", fmt(trial["attrs"].get(TrialKey.EPOCHS_REACHED))],
-              ["arch_id", trial.get("arch_id") or "-"], ["started", fmt(trial["started"])],
-              ["completed", fmt(trial["completed"])]]
+              [header("arch_id"), trial.get("arch_id") or "-"], ["started", fmt(trial["started"])],
+              ["finished", fmt(trial["completed"])]]
     if trial["attrs"].get(TrialKey.CHECKPOINT):  # the study kept weights (`checkpoints:`)
         state.append(["checkpoint", str(trial["attrs"][TrialKey.CHECKPOINT])])
     exports: list[Any] = [html.Span("Download the config as")]

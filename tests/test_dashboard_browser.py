@@ -10,6 +10,7 @@ Chromium, its driver or Selenium is missing (``.ci/system-deps.sh`` installs the
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import threading
 import time
@@ -270,3 +271,146 @@ def test_live_refresh_while_the_database_is_written(browser: Any, server: str,
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, errors
     _shot(browser, "06-live-refresh.png")
+
+
+def _rows(browser: Any, column: str) -> list[str]:
+    cells = browser.find_elements(By.CSS_SELECTOR,
+                                  f'#trial-table td[data-dash-column="{column}"]')
+    return [c.text for c in cells]
+
+
+def test_text_filter_keeps_the_rows_that_contain_it(browser: Any, server: str,
+                                                   study_url: str) -> None:
+    study = optuna.load_study(study_name=NAME, storage=study_url)
+    expected = sorted(t.number for t in study.trials
+                      if "kv" in str(t.params.get("attention_sharing")))
+    assert expected and len(expected) < len(study.trials)
+    browser.get(server + _study_path(NAME))
+    _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "#trial-table td"), "the trial table")
+    box = _wait(lambda: browser.find_element(
+        By.CSS_SELECTOR, 'th.dash-filter[data-dash-column="attention_sharing"] input'),
+        "the filter box")
+    box.click()
+    box.send_keys("kv\n")
+
+    def shown() -> list[int] | None:
+        numbers = sorted(int(n) for n in _rows(browser, "number"))
+        return numbers if numbers == expected else None
+
+    _wait(shown, f"the table to keep trials {expected}", timeout=15)
+    assert all("kv" in v for v in _rows(browser, "attention_sharing"))
+
+
+def test_study_opened_before_its_first_trial_gets_knobs(browser: Any, server: str,
+                                                        study_url: str) -> None:
+    name = "late-study"
+    study = optuna.create_study(storage=study_url, study_name=name,
+                                directions=["maximize", "minimize"])
+    study.set_user_attr("nas.objectives", ["accuracy", "params"])
+    browser.get(server + _study_path(name))
+    _wait(lambda: browser.find_element(By.ID, "summary-table").text, "the summary")
+    distributions = {"width": optuna.distributions.IntDistribution(16, 64),
+                     "mixer": optuna.distributions.CategoricalDistribution(["conv", "attn"])}
+    for i in range(3):
+        study.add_trial(optuna.trial.create_trial(
+            params={"width": 16 * (i + 1), "mixer": ["conv", "attn"][i % 2]},
+            distributions=distributions, values=[0.5 + i / 10, 1000.0 * (i + 1)]))
+
+    def headers() -> set[str]:
+        return {h.text for h in browser.find_elements(By.CSS_SELECTOR,
+                                                      "#trial-table th.dash-header")}
+
+    _wait(lambda: {"width", "mixer"} <= headers(), "the knob columns", timeout=20)
+    _wait(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#trial-table td")) > 0,
+          "the trial rows")
+    knob = _wait(lambda: browser.find_element(By.CSS_SELECTOR, "#effect-knob").text,
+                 "the knob drop-down to get a value", timeout=20)
+    assert knob in ("width", "mixer")
+    _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "#effect .boxlayer .trace, "
+                                                         "#effect .scatterlayer .point"),
+          "the knob's effect figure")
+
+
+_FIGURE = """
+const gd = document.querySelector(arguments[0] + ' .js-plotly-plot');
+if (!gd || !gd._fullData || !gd._fullData.length) return null;
+const frame = gd.querySelector('.main-svg').getBoundingClientRect();
+const inside = r => r.width === 0 || (r.left >= frame.left - 1 && r.right <= frame.right + 1
+                                      && r.top >= frame.top - 1 && r.bottom <= frame.bottom + 1);
+const texts = Array.from(gd.querySelectorAll('.legendtext, .gtitle, .g-xtitle, .g-ytitle'));
+const L = gd._fullLayout;
+return {traces: gd._fullData.map(t => ({name: t.name, n: (t.x || []).length,
+                                        visible: t.visible, size: (t.marker || {}).size,
+                                        color: (t.marker || {}).color, opacity: t.opacity})),
+        titles: L.scene ? [L.scene.xaxis.title.text, L.scene.yaxis.title.text,
+                           L.scene.zaxis.title.text]
+                        : [L.xaxis.title.text, L.yaxis.title.text],
+        cut: texts.filter(e => !inside(e.getBoundingClientRect())).map(e => e.textContent)};
+"""
+
+
+def test_3d_front_shows_dominated_trials_and_readable_titles(browser: Any, server: str,
+                                                             study_url: str) -> None:
+    study = optuna.load_study(study_name=NAME, storage=study_url)
+    template = next(t for t in study.trials if t.state == TrialState.COMPLETE)
+    for i in range(2):  # dominated by the template: as costly, less accurate
+        study.add_trial(optuna.trial.create_trial(
+            params=template.params, distributions=template.distributions,
+            values=[template.values[0] - 0.1 - i / 100, *template.values[1:]],
+            user_attrs={**template.user_attrs, "nas.status": "completed"}))
+    browser.get(server + _study_path(NAME))
+    two = _wait(lambda: browser.execute_script(_FIGURE, "#pareto-2d"), "the 2-D front")
+    three = _wait(lambda: browser.execute_script(_FIGURE, "#pareto-3d"), "the 3-D front")
+    _shot(browser, "07-3d-front.png")
+    by_name = {t["name"].split(" (")[0]: t for t in three["traces"]}
+    dominated = by_name["dominated"]
+    assert dominated["n"] == {t["name"].split(" (")[0]: t for t in two["traces"]}[
+        "dominated"]["n"] > 0
+    # Visible as in 2-D: a marker as large as the 2-D one, drawn faded but not transparent
+    # (WebGL 3-D markers with an rgba colour and a small size vanish among the others).
+    assert dominated["visible"] is True and dominated["size"] >= 5
+    assert not str(dominated["color"]).startswith("rgba") and 0.2 <= dominated["opacity"] < 1
+    # Axis titles as the 2-D front's (name and direction), for the same objectives.
+    assert three["titles"][0] == "accuracy (higher is better)"
+    assert set(three["titles"][1:]) == {"params (lower is better)", "MAdds (lower is better)"}
+    assert set(two["titles"]) <= {"accuracy (higher is better)", "params (lower is better)",
+                                  "MAdds (lower is better)"}
+    assert not three["cut"] and not two["cut"], (three["cut"], two["cut"])
+
+
+_STATE_WORDS = re.compile(r"\b(pruned|fail|complete|COMPLETE|PRUNED|FAIL)\b")
+
+
+def test_one_name_per_trial_state(browser: Any, server: str, study_url: str) -> None:
+    study = optuna.load_study(study_name=NAME, storage=study_url)
+    by_status = {t.user_attrs.get("nas.status"): t.number for t in study.trials}
+    assert {"stopped", "rejected", "failed", "completed"} <= set(by_status)
+    pages = [("/", "studies-list", None), (_study_path(NAME), "trial-table", None)]
+    pages += [(f"{_study_path(NAME)}/trial/{by_status[s]}", "trial-state", s)
+              for s in ("stopped", "rejected", "failed")]
+    for path, ready, status in pages:
+        browser.get(server + path)
+        _wait(lambda ready=ready: browser.find_elements(By.CSS_SELECTOR, f"#{ready} td"), path)
+        if ready == "trial-table":
+            _wait(lambda: browser.find_element(By.ID, "summary-table").text, "the summary")
+        page = browser.find_element(By.TAG_NAME, "main").text
+        assert not _STATE_WORDS.findall(page), (path, _STATE_WORDS.findall(page))
+        if status is not None:
+            assert f"status {status}" in browser.find_element(By.ID, "trial-state").text
+
+
+def test_numbers_and_headers_read_one_way(browser: Any, server: str, study_url: str) -> None:
+    browser.get(server + _study_path(NAME))
+    _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "#trial-table td"), "the trial table")
+    headers = [h.text for h in browser.find_elements(By.CSS_SELECTOR,
+                                                     "#trial-table th.dash-header")]
+    assert not [h for h in headers if "_" in h or "." in h], headers
+    suffixed = re.compile(r"^\d{1,3}(\.\d+)?[KMG]?$")
+    for column in ("params", "madds"):
+        cells = [c for c in _rows(browser, column) if c]
+        assert cells and all(suffixed.match(c) for c in cells), (column, cells)
+    accuracy = [c for c in _rows(browser, "accuracy") if c]
+    assert accuracy and all(re.fullmatch(r"0\.\d{4}", c) for c in accuracy), accuracy
+    summary = browser.find_element(By.ID, "summary-table").text
+    assert re.search(r"params \d{1,3}(\.\d+)?[KMG]", summary), summary
+    assert re.search(r"accuracy 0\.\d{4}\b", summary), summary

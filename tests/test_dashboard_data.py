@@ -69,6 +69,8 @@ from dashboard.figures import (
     pareto_2d,
     pareto_3d,
 )
+from dashboard.formatting import count, header
+from dashboard.formatting import number as format_number
 from dashboard.layout import study_href, trial_body, trial_href
 from dashboard.testing import callback_body, first_render, post_callback
 from nas.config import ArchConfig
@@ -188,7 +190,7 @@ def test_on_postgresql(postgres_url: str) -> None:
     assert load_trial(engine, info, 1)["epochs"]
     _, frame = list_studies(engine)
     row = frame.set_index("name").loc[made.name]
-    assert (row.complete, row.rejected, row.failed, row.running) == (6, 1, 1, 1)
+    assert (row.completed, row.rejected, row.failed, row.running) == (6, 1, 1, 1)
     app = create_app(postgres_url)
     results = first_render(app.server.test_client(), app, study_href(made.name))
     assert [r.status for r in results] == [200] * len(results)
@@ -341,10 +343,32 @@ def test_list_studies(study: EngineStudy, engine: sa.Engine) -> None:
     infos, frame = list_studies(engine)
     assert [i.name for i in infos] == [study.name, EVIL]
     row = frame.set_index("name").loc[study.name]
-    assert (row.trials, row.complete, row.pruned, row.failed, row.rejected, row.running) == (
+    assert (row.trials, row.completed, row.stopped, row.failed, row.rejected, row.running) == (
         10, 6, 1, 1, 1, 1)
     assert row.task == "digits"
     assert infos[1].objectives == ("accuracy", "params")
+    # A status word that is not one of studies.keys.Status' counts by the trial's state.
+    evil = frame.set_index("name").loc[EVIL]
+    assert (evil.trials, evil.completed, evil.stopped) == (4, 4, 0)
+
+
+@pytest.mark.parametrize(("value", "kind", "shown"), [
+    (950, "count", "950"), (1234, "count", "1.23K"), (123_456, "count", "123K"),
+    (999_950, "count", "1M"), (1_234_567.0, "count", "1.23M"), (4.5e9, "count", "4.5G"),
+    (0.82, "metric", "0.8200"), (0.15833333333333333, "metric", "0.1583"),
+    (12345, "plain", "12,345"), (3.0, "plain", "3"), (0.00123, "plain", "0.00123"),
+    (None, "count", "-"), (float("nan"), "metric", "-"), (True, "plain", "True"),
+])
+def test_number_formats(value: Any, kind: Any, shown: str) -> None:
+    assert format_number(value, kind) == shown
+
+
+def test_headers_are_words() -> None:
+    assert [header(k) for k in ("arch_id", "nas.arch_id", "epochs_reached", "madds",
+                                "attention_sharing", "param:groups")] == [
+        "architecture id", "architecture id", "epochs", "MAdds", "attention sharing",
+        "param groups"]
+    assert count(-2500) == "-2.5K"
 
 
 def test_load_trial(study: EngineStudy, engine: sa.Engine,
@@ -372,6 +396,13 @@ def test_table_filter_and_sort(view: StudyView) -> None:
     assert set(filter_trials(table, '{status} contains "rej"').number) == {0}
     assert set(filter_trials(table, "{groups} = 1 && {accuracy} s< 0.7").number) == {8}
     assert set(filter_trials(table, "{nope} > 1").number) == set(range(10))
+    # What the table sends for text typed in a filter cell: an operator prefixed s or i.
+    kv = {n for n, (knobs, _, _) in enumerate(PLAN) if knobs["attention_sharing"] == "kv"}
+    assert set(filter_trials(table, "{attention_sharing} scontains kv").number) == kv
+    assert set(filter_trials(table, "{attention_sharing} icontains KV").number) == kv
+    assert not len(filter_trials(table, "{attention_sharing} scontains KV"))
+    assert set(filter_trials(table, "{groups} s= 1").number) == {
+        n for n, (knobs, _, _) in enumerate(PLAN) if knobs["groups"] == 1}
     ordered = sort_trials(table, [{"column_id": "accuracy", "direction": "desc"}])
     assert list(ordered.number[:3]) == [1, 4, 2]
     assert ordered.accuracy.iloc[-1:].isna().all()  # missing values last
@@ -394,7 +425,8 @@ def test_pareto_figures(view: StudyView) -> None:
     assert rejected.y[0] == view.complete.accuracy.min()  # never trained: at the worst value
     fig3 = pareto_3d(view.data, view.front)
     assert _points(fig3) == _points(fig)
-    assert fig3.layout.scene.xaxis.title.text == "accuracy"
+    assert fig3.layout.scene.xaxis.title.text == "accuracy (higher is better)"
+    assert fig3.layout.scene.zaxis.title.text == "MAdds (lower is better)"
 
 
 def test_other_figures(view: StudyView, engine: sa.Engine, study: EngineStudy) -> None:
@@ -402,8 +434,8 @@ def test_other_figures(view: StudyView, engine: sa.Engine, study: EngineStudy) -
     hv = hypervolume_history(numbers, volumes)
     assert list(hv.data[0].y) == volumes
     parcoords = parallel_coordinates(view.data)
-    assert [d.label for d in parcoords.data[0].dimensions] == [*view.data.knobs,
-                                                                *view.data.objectives]
+    assert [d.label for d in parcoords.data[0].dimensions] == [
+        header(c) for c in (*view.data.knobs, *view.data.objectives)]
     bars = importance(view.importances)
     assert [b.name for b in bars.data] == ["accuracy", "params", "madds"]
     effect = knob_effect(view.data, "groups", "accuracy")
@@ -447,7 +479,7 @@ def test_study_page_first_render(app: Any, study: EngineStudy) -> None:
     pareto = next(r for r in results if r.output == "pareto-2d.figure")
     traces = pareto.response["response"]["pareto-2d"]["figure"]["data"]
     assert [_length(t["x"]) for t in traces] == [4, 2, 1]
-    table = next(r for r in results if "trial-table" in r.output)
+    table = next(r for r in results if r.output.startswith("..trial-table.data"))
     rows = table.response["response"]["trial-table"]["data"]
     assert len(rows) == 10 and rows[1]["number"] == f"[1]({trial_href(study.name, 1)})"
     assert _db_digest(study.url) == before
