@@ -222,7 +222,7 @@ def _acort_parser() -> argparse.ArgumentParser:
     ("acort-base", {}, "26"),
     ("ort-base", {}, None),
     ("ort-base", {"layer_sharing": {"decoder": "0,0,1,1,2,2"}}, None),
-    ("acort-small", {"radix_base": 16}, "34"),
+    ("acort-small", {"radix_base": 16}, "50"),  # 4 tokens per word over 10,001 words
     ("ort-small", {"groups": 2, "group_ffn": True, "attention_sharing": "qk"}, None),
 ])
 def test_acort_flags_parse_as_its_script_reads_them(preset, overrides, length) -> None:
@@ -243,7 +243,7 @@ def test_acort_flags_parse_as_its_script_reads_them(preset, overrides, length) -
 
 
 def test_acort_max_seq_length_by_radix_digits() -> None:
-    assert [acort_max_seq_length(d) for d in (1, 2, 3, 4)] == [None, 26, 34, 34]
+    assert [acort_max_seq_length(d) for d in (1, 2, 3, 4)] == [None, 26, 38, 50]
     opts, _ = acort_options(_record("acort-base", "coco-captions"))
     assert opts[opts.index("--max_seq_length") + 1] == "26"  # 10,001 words in base 768
 

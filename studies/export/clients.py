@@ -127,10 +127,17 @@ ACORT_FLAGS: dict[str, str] = {
 ACORT_SHARE_ATT = ("kv", "qk")
 
 
+#: Words a caption keeps in ACORT's radix setup: its scripts pass --max_seq_length 26 with two
+#: tokens per word (base 768 over MS-COCO's vocabulary), and its RadixTokenizer.encode keeps
+#: (max_seq_length - 2) // tokens_per_word + 2 word tokens (sparse_caption/tokenizer.py), i.e.
+#: 12 words between <bos> and <eos>.
+ACORT_RADIX_WORDS = 12
+
+
 def acort_max_seq_length(digits: int) -> int | None:
-    """``--max_seq_length`` for radix captions of ``digits`` tokens per word: 26 for two digits
-    (the ACORT scripts: base 768 over MS-COCO's vocabulary), 34 for three or more; ``None`` for
-    one digit (a word per token: ACORT's default applies)."""
+    """``--max_seq_length`` that keeps ACORT's 12 caption words at ``digits`` radix tokens per
+    word: 12 * digits + 2 (26 for two digits, as ACORT's scripts pass; 38 for three); ``None``
+    for one digit (a word per token: ACORT's default applies)."""
     if digits <= 1:
         return None
-    return 26 if digits == 2 else 34
+    return ACORT_RADIX_WORDS * digits + 2
