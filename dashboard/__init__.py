@@ -2,7 +2,8 @@
 
 ``create_app(storage_url)`` builds it. ``dashboard.data`` reads the database (SQL, read-only),
 ``dashboard.analysis`` derives the front, hypervolume and importance, ``dashboard.figures``
-draws, ``dashboard.layout`` lays out the pages, ``dashboard.exports`` renders config downloads
+draws, ``dashboard.layout`` lays out the pages, ``dashboard.formatting`` writes numbers and
+headers one way for all of them, ``dashboard.exports`` renders config downloads
 through ``studies.export``, and ``dashboard.testing`` drives the callbacks over HTTP.
 """
 

@@ -248,16 +248,20 @@ def pareto_3d(data: StudyData, front: np.ndarray, *,
                      "costs the engine stores).")
     directions = {**dict.fromkeys(("params", "madds"), "minimize"),
                   **dict(zip(data.objectives, data.info.directions, strict=True))}
-    # Margins that leave room for the legend under the scene (with none, it was cut).
+    # Plotly's default camera (eye at 1.25 on each axis) fills the scene's box so that the
+    # titles of the front axes run off it: the camera steps back until they fit.
     fig = _figure(margin={"l": 10, "r": 10, "t": 30, "b": 10}, uirevision="3d",
                   legend={"orientation": "h", "y": 0, "yanchor": "top"},
                   scene={"xaxis_title": _label(axes[0], directions),
                          "yaxis_title": _label(axes[1], directions),
-                         "zaxis_title": _label(axes[2], directions)})
+                         "zaxis_title": _label(axes[2], directions),
+                         "camera": {"eye": {"x": 1.6, "y": 1.6, "z": 1.1}}})
     labels = hover_labels(data) if labels is None else labels
     for name, df, marker in _scatter_groups(data, front):
         px, py, pz = _points(df, axes, directions, complete)
         opacity = 1.0
+        if marker.get("symbol") == "x":  # WebGL 3-D draws it as a glyph fonts may lack
+            marker = {**marker, "symbol": "diamond"}
         if marker["color"] == COLORS["dominated"]:
             # WebGL 3-D draws a marker whose colour is half transparent, at the 2-D size
             # halved, as nearly nothing: faded here by a solid grey and the trace's opacity.

@@ -1,8 +1,9 @@
 """How the dashboard writes numbers and names: one rule each, used by every page and figure.
 
-Parameter and MAdd counts read with a K/M/G suffix and three significant digits (``1.23M``),
-the objectives that are not costs (accuracy) with four decimals (``0.8200``), other whole
-numbers with thousands grouped (``12,345``), other fractions with four significant digits.
+Parameter and MAdd counts read with an SI suffix (k, M, G, as plotly writes axis ticks) and
+three significant digits (``1.23M``), the objectives that are not costs (accuracy) with four
+decimals (``0.8200``), other whole numbers with thousands grouped (``12,345``), other fractions
+with four significant digits.
 Column keys become headers (``arch_id`` reads "architecture id", ``madds`` "MAdds").
 """
 
@@ -20,7 +21,8 @@ __all__ = ["COSTS", "Kind", "count", "header", "kind_of", "number"]
 
 #: Columns that hold parameter or MAdd counts.
 COSTS = frozenset({"params", "params_matrix", "madds", "cost_params", "cost_madds"})
-_SUFFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K"))
+# SI prefixes, as plotly writes its axis ticks (``16k``, ``1.2M``).
+_SUFFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 _HEADERS = {"number": "trial", "pareto": "Pareto", "madds": "MAdds", "cost_madds": "MAdds",
             "cost_params": "params", "params_matrix": "weight-matrix params",
             "arch_id": "architecture id", "epochs_reached": "epochs", "duration_s": "seconds",
@@ -49,12 +51,12 @@ def kind_of(key: str, objectives: Collection[str] = ()) -> Kind:
 
 
 def count(value: float) -> str:
-    """A parameter or MAdd count: ``950``, ``12.3K``, ``1.23M``, ``4.5G``."""
+    """A parameter or MAdd count: ``950``, ``12.3k``, ``1.23M``, ``4.5G``."""
     size = abs(float(value))
     for i, (scale, suffix) in enumerate(_SUFFIXES):
         if size >= scale:
             shown = f"{value / scale:.3g}"
-            if abs(float(shown)) >= 1000 and i > 0:  # 999,950 rounds to 1000K: say 1M
+            if abs(float(shown)) >= 1000 and i > 0:  # 999,950 rounds to 1000k: say 1M
                 scale, suffix = _SUFFIXES[i - 1]
                 shown = f"{value / scale:.3g}"
             return shown + suffix

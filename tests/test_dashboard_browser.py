@@ -349,6 +349,38 @@ return {traces: gd._fullData.map(t => ({name: t.name, n: (t.x || []).length,
 """
 
 
+# The 3-D scene's box in the graph's pixels (WebGL draws its labels: no DOM to measure).
+_SCENE_BOX = """
+const gd = document.querySelector('#pareto-3d .js-plotly-plot');
+const s = gd._fullLayout._size, d = gd._fullLayout.scene.domain;
+return [s.l + d.x[0] * s.w, s.t + (1 - d.y[1]) * s.h, s.l + d.x[1] * s.w,
+        s.t + (1 - d.y[0]) * s.h];
+"""
+
+
+def _cut_in_scene(browser: Any) -> list[tuple[int, int]]:
+    """Dark (text-coloured) pixels on the 3-D scene's edges: a label the scene cuts off."""
+    image_module = pytest.importorskip("PIL.Image", reason="Pillow measures the screenshot")
+    import io
+
+    graph = browser.find_element(By.CSS_SELECTOR, "#pareto-3d .js-plotly-plot")
+    browser.execute_script("arguments[0].scrollIntoView()", graph)
+    time.sleep(1.0)
+    left, top, right, bottom = (int(v) for v in browser.execute_script(_SCENE_BOX))
+    image = image_module.open(io.BytesIO(graph.screenshot_as_png)).convert("RGB")
+    scale = image.width / graph.size["width"]
+    pixels = image.load()
+    edge = 3
+    spots = [(x, y) for y in range(top + 40, bottom) for x in range(left, right)
+             if x - left < edge or right - x <= edge or bottom - y <= edge]
+    dark = []
+    for x, y in spots:
+        r, g, b = pixels[int(x * scale), min(int(y * scale), image.height - 1)]
+        if r < 150 and g < 150 and b < 180:
+            dark.append((x, y))
+    return dark
+
+
 def test_3d_front_shows_dominated_trials_and_readable_titles(browser: Any, server: str,
                                                              study_url: str) -> None:
     study = optuna.load_study(study_name=NAME, storage=study_url)
@@ -362,6 +394,7 @@ def test_3d_front_shows_dominated_trials_and_readable_titles(browser: Any, serve
     two = _wait(lambda: browser.execute_script(_FIGURE, "#pareto-2d"), "the 2-D front")
     three = _wait(lambda: browser.execute_script(_FIGURE, "#pareto-3d"), "the 3-D front")
     _shot(browser, "07-3d-front.png")
+    assert not _cut_in_scene(browser), "a label of the 3-D scene runs off its edge"
     by_name = {t["name"].split(" (")[0]: t for t in three["traces"]}
     dominated = by_name["dominated"]
     assert dominated["n"] == {t["name"].split(" (")[0]: t for t in two["traces"]}[
@@ -405,12 +438,12 @@ def test_numbers_and_headers_read_one_way(browser: Any, server: str, study_url: 
     headers = [h.text for h in browser.find_elements(By.CSS_SELECTOR,
                                                      "#trial-table th.dash-header")]
     assert not [h for h in headers if "_" in h or "." in h], headers
-    suffixed = re.compile(r"^\d{1,3}(\.\d+)?[KMG]?$")
+    suffixed = re.compile(r"^\d{1,3}(\.\d+)?[kMG]?$")
     for column in ("params", "madds"):
         cells = [c for c in _rows(browser, column) if c]
         assert cells and all(suffixed.match(c) for c in cells), (column, cells)
     accuracy = [c for c in _rows(browser, "accuracy") if c]
     assert accuracy and all(re.fullmatch(r"0\.\d{4}", c) for c in accuracy), accuracy
     summary = browser.find_element(By.ID, "summary-table").text
-    assert re.search(r"params \d{1,3}(\.\d+)?[KMG]", summary), summary
+    assert re.search(r"params \d{1,3}(\.\d+)?[kMG]", summary), summary
     assert re.search(r"accuracy 0\.\d{4}\b", summary), summary

@@ -353,7 +353,7 @@ def test_list_studies(study: EngineStudy, engine: sa.Engine) -> None:
 
 
 @pytest.mark.parametrize(("value", "kind", "shown"), [
-    (950, "count", "950"), (1234, "count", "1.23K"), (123_456, "count", "123K"),
+    (950, "count", "950"), (1234, "count", "1.23k"), (123_456, "count", "123k"),
     (999_950, "count", "1M"), (1_234_567.0, "count", "1.23M"), (4.5e9, "count", "4.5G"),
     (0.82, "metric", "0.8200"), (0.15833333333333333, "metric", "0.1583"),
     (12345, "plain", "12,345"), (3.0, "plain", "3"), (0.00123, "plain", "0.00123"),
@@ -368,7 +368,7 @@ def test_headers_are_words() -> None:
                                 "attention_sharing", "param:groups")] == [
         "architecture id", "architecture id", "epochs", "MAdds", "attention sharing",
         "param groups"]
-    assert count(-2500) == "-2.5K"
+    assert count(-2500) == "-2.5k"
 
 
 def test_load_trial(study: EngineStudy, engine: sa.Engine,
