@@ -212,7 +212,10 @@ def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequen
                 style_table={"overflowX": "auto"},
                 style_cell={"fontFamily": "inherit", "fontSize": "13px", "padding": "3px 8px",
                             "maxWidth": "320px", "overflow": "hidden",
-                            "textOverflow": "ellipsis"},
+                            "textOverflow": "ellipsis", "textAlign": "left"},
+                # Numbers line up on the right, text on the left.
+                style_cell_conditional=[{"if": {"column_type": "numeric"},
+                                         "textAlign": "right"}],
                 style_header={"fontWeight": "bold"}),
         ]),
         html.Section(style=_SECTION, children=[
