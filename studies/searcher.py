@@ -230,6 +230,7 @@ class StudySearcher(Searcher):
         result = result or {}
         if trial_id in self.stopped:
             self._finish(candidate, {**result, "status": Status.STOPPED,
+                                     "seconds": result.get("time_total_s"),
                                      "reason": "stopped early by the scheduler at epoch "
                                                f"{candidate.epochs_reached}"})
         elif result.get("kind") == "final":

@@ -205,6 +205,7 @@ def test_mo_asha_stops_some_trials(tmp_path) -> None:
         assert sorted(t.intermediate_values) == list(range(1, reached + 1))
         if t.state == TrialState.PRUNED:
             assert _status(t) == "stopped" and reached in (1, 2)  # the rungs below 4 epochs
+            assert t.user_attrs["nas.seconds"] >= 0  # Tune's time of the trial, until stopped
         else:
             assert _status(t) == "completed" and reached == 4
     assert counted_trials(trials) == 10

@@ -22,7 +22,6 @@ from typing import Any
 import yaml
 
 from nas.errors import NasError
-from nas.radix import num_digits
 from nas.timm_registry import timm_model_args
 from studies.export._record import TrialRecord
 from studies.export.clients import OPENVQA_FEAT_SIZE, acort_max_seq_length
@@ -311,6 +310,8 @@ def _radix_digits(record: TrialRecord) -> int | None:
     base, g = record.arch.radix_base, record.geometry
     if base is None or g is None:
         return None
+    from nas.radix import num_digits  # torch: imported only when an ort trial is exported
+
     return num_digits(g.num_outputs, base)
 
 
