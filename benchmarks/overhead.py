@@ -17,7 +17,8 @@ Tune's trial start on a reused actor, its reports, and telling Optuna the result
 started once, before the timed runs (each Tune run's own start is inside them).
 
 ``--real-trials N`` trains N architectures of the quickstart study with the real trainer at its
-fidelity, to put the overhead next to a real trial's time (the target: at most 2% of it).
+full fidelity and with the threads one of its trials holds, to put the overhead next to a real
+trial's time (the target: at most 2% of it; trials the study stops early take less).
 
 Printed per side: milliseconds per trial over the whole run, and steady (from the first trial's
 completion to the last's, divided by the trials between: the cost of one more trial once the
@@ -157,6 +158,9 @@ def real_trial_seconds(count: int) -> list[float]:
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0),
                                 directions=spec.directions)
     settings = {**spec.train, "epochs": spec.fidelity.epochs, "seed": spec.seed}
+    import torch
+
+    torch.set_num_threads(max(1, int(spec.resources.cpu)))  # the CPUs a study trial holds
     out = []
     for _ in range(count):
         trial = study.ask()
