@@ -389,10 +389,11 @@ def _register_downloads(app: dash.Dash, reader: _Reader) -> None:
             info = reader.info(data["name"])
             trial = load_trial(reader.engine, info, int(data["number"]))
             record = exports.trial_record(info, trial, reader.export_storage())
-            filename, text = exports.trial_file(record, ctx.triggered_id["format"])
+            filename, content = exports.trial_file(record, ctx.triggered_id["format"])
         except NasError as exc:
             return no_update, str(exc)
-        return dcc.send_string(text, filename), f"Downloaded {filename}."
+        send = dcc.send_bytes if isinstance(content, bytes) else dcc.send_string
+        return send(content, filename), f"Downloaded {filename}."
 
     @app.callback(Output(layout.PARETO_DOWNLOAD, "data"),
                   Output(layout.PARETO_MESSAGE, "children"),

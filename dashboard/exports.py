@@ -53,12 +53,21 @@ def _format(fmt: str) -> Any:
     return FORMATS[fmt]
 
 
-def trial_file(record: TrialRecord, fmt: str) -> tuple[str, str]:
-    """(file name, text) of ``record`` in format ``fmt`` (``hf-config``'s folder joined with a
-    dash: a download is one file)."""
+def trial_file(record: TrialRecord, fmt: str) -> tuple[str, str | bytes]:
+    """(file name, content) of ``record`` in format ``fmt``: the file's text (``hf-config``'s
+    folder joined with a dash), or, where the format writes more than one file (the weights
+    beside a ``torch`` script or a ``timm`` config), a zip of them all, as ``nas export``
+    writes them into a folder."""
     form = _format(fmt)
     form.check(record)
-    return form.path(record.number).replace("/", "-"), form.render(record)
+    files = form.files(record)
+    if len(files) == 1:
+        return form.path(record.number).replace("/", "-"), form.render(record)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, content in files.items():
+            archive.writestr(name, content)
+    return f"trial-{record.number}-{fmt}.zip", buffer.getvalue()
 
 
 def pareto_zip(records: Sequence[TrialRecord], fmt: str) -> bytes:
@@ -72,7 +81,8 @@ def pareto_zip(records: Sequence[TrialRecord], fmt: str) -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for record in records:
-            archive.writestr(form.path(record.number), form.render(record))
+            for name, content in form.files(record).items():
+                archive.writestr(name, content)
         archive.writestr(INDEX, pareto_index(list(records), form))
     return buffer.getvalue()
 

@@ -628,3 +628,26 @@ def test_the_export_hint_is_shell_quoted_and_runs(tmp_path, monkeypatch, capsys,
     written = capsys.readouterr().out.split("\n")
     assert written[:2] == ["exported/trial-0.yaml", "exported/pareto.csv"]
     assert not (tmp_path / "PWNED").exists()
+
+
+def test_dashboard_downloads_carry_the_weights_nas_export_writes(tmp_path) -> None:
+    """A downloaded torch script comes with the checkpoint it says is beside it."""
+    import io
+    import zipfile
+
+    from dashboard.exports import pareto_zip, trial_file
+    from studies.export import trial_record
+
+    url = f"sqlite:///{tmp_path / 'ckpt.db'}"
+    _tiny_study("with-checkpoint", url, n=1, checkpoint_dir=tmp_path / "ckpt")
+    record = trial_record("with-checkpoint", 0, url)
+    name, content = trial_file(record, "torch")
+    assert name == "trial-0-torch.zip" and isinstance(content, bytes)
+    with zipfile.ZipFile(io.BytesIO(content)) as archive:
+        assert sorted(archive.namelist()) == ["trial-0.pt", "trial-0.py"]
+        saved = torch.load(io.BytesIO(archive.read("trial-0.pt")), weights_only=True)
+    assert "state_dict" in saved
+    name, content = trial_file(record, "yaml")  # one file: its text, as before
+    assert name == "trial-0.yaml" and isinstance(content, str)
+    with zipfile.ZipFile(io.BytesIO(pareto_zip([record], "torch"))) as archive:
+        assert {"trial-0.py", "trial-0.pt"} <= set(archive.namelist())
