@@ -6,6 +6,7 @@ by a constraint or closed because a crash interrupted them do not.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,10 @@ from studies.keys import COUNTED_EXCLUDED, Status, TrialKey
 from studies.spec import StudySpec
 from studies.storage import session, set_trial_user_attrs
 
-__all__ = ["StudyRun", "base_settings", "counted_trials", "mark_interrupted", "tell"]
+__all__ = ["Evaluator", "StudyRun", "base_settings", "counted_trials", "mark_interrupted", "tell"]
+
+#: A training function with the signature of ``studies.worker.evaluate_trial``.
+Evaluator = Callable[..., dict[str, Any]]
 
 
 @dataclass

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nas.errors import ConfigError, NasError, RunAborted
-from studies._trials import StudyRun
+from studies._trials import Evaluator, StudyRun
 from studies.keys import COUNTED_EXCLUDED, StudyKey, TrialKey
 from studies.spec import StudySpec
 from studies.storage import session
@@ -29,7 +29,6 @@ if TYPE_CHECKING:  # Ray Tune is imported when a study runs, not by `nas status`
 
 __all__ = ["fit", "tune_callbacks", "tune_storage_path"]
 
-Evaluator = Any  # a function with the signature of studies.worker.evaluate_trial
 
 
 def tune_callbacks(spec: StudySpec) -> list[Any]:

@@ -40,7 +40,7 @@ from nas.errors import ConfigError, NasError, RunAborted
 from nas.loading import load_arch, unwritable_ancestor
 from nas.tasks import GEOMETRIES, TaskGeometry
 from search_spaces import SearchSpace, load_space
-from studies._trials import StudyRun, base_settings, counted_trials
+from studies._trials import Evaluator, StudyRun, base_settings, counted_trials
 from studies._tune import fit, tune_callbacks
 from studies.cluster import HeadWatch, check_ray_address, connect
 from studies.keys import Status, StudyKey, TrialKey
@@ -58,7 +58,6 @@ __all__ = [
     "run_study",
 ]
 
-Evaluator = Any  # a function with the signature of studies.worker.evaluate_trial
 #: Seconds without a heartbeat after which another host's lease is taken over (a lease of a
 #: process of this host that is gone is taken over at once).
 LEASE_STALE_AFTER = 60.0

@@ -15,7 +15,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -24,9 +24,11 @@ from nas.models import create_model
 from nas.tasks import TaskGeometry
 from trainers import TaskData, TrainConfig, get_task, train
 
+if TYPE_CHECKING:  # the workers import no storage code
+    from studies._trials import Evaluator
+
 __all__ = ["EvaluatorUnavailable", "evaluate_trial", "measure_latency_ms", "trainable"]
 
-Evaluator = Callable[..., dict[str, Any]]
 _TASKS: dict[str, TaskData] = {}
 #: What the final report of a trial carries (the per-epoch reports carry ``epoch`` and its
 #: metrics); every report has every key, so Tune's CSV and dataframe columns are stable.
