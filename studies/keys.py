@@ -40,6 +40,8 @@ class TrialKey:
     RERUN_OF: Final = "nas.rerun_of"  # the interrupted trial it runs again
     ENQUEUED: Final = "nas.enqueued"  # the label of the enqueued architecture
     TUNE_TRIAL: Final = "nas.tune_trial"  # Ray Tune's trial id
+    SOURCE_TRIAL: Final = "nas.source_trial"  # promoted trial: the proxy trial's number
+    SOURCE_VALUE: Final = "nas.source_value"  # promoted trial: the proxy trial's accuracy
 
 
 class StudyKey:
@@ -52,6 +54,10 @@ class StudyKey:
     OBJECTIVES: Final = "nas.objectives"  # objective names, in Optuna's order
     GEOMETRY: Final = "nas.geometry"  # the task geometry the costs were computed on
     TUNE_DIR: Final = "nas.tune_dir"  # Ray Tune's experiment folder of the latest run
+    REFERENCE: Final = "nas.reference"  # the fixed hypervolume reference point (raw units)
+    PROMOTED_FROM: Final = "nas.promoted_from"  # promoted study: the proxy study's name
+    PROMOTIONS: Final = "nas.promotions"  # proxy study: its promoted studies' names
+    FIDELITY: Final = "nas.fidelity"  # promoted study: tau, rho, pairs (see studies.promote)
 
 
 class Status:
