@@ -227,6 +227,13 @@ def _cmd_status(args: argparse.Namespace) -> int:
         return 0
     print(f"study {status['name']!r} on {status['task']!r}: {status['counted']}/"
           f"{status['budget']} trials counted, hypervolume {status['hypervolume']:.4f}")
+    reference = ", ".join(f"{n} {_objective_value(n, v)}"
+                          for n, v in status["reference"].items())
+    notes = {"derived": "derived from its trials: the study predates stored references; "
+                        "`nas resume` stores one",
+             "partly derived": "latency from its trials"}
+    note = notes.get(status["reference_source"])
+    print(f"  hypervolume reference: {reference}" + (f" ({note})" if note else ""))
     print("  by status: " + ", ".join(f"{k} {v}" for k, v in sorted(status["statuses"].items())))
     if status["owner"]:
         print(f"  running: pid {status['owner']['pid']} on {status['owner']['host']}")

@@ -1,8 +1,8 @@
 """The progress of a running study: one updating line in a terminal, plain lines otherwise.
 
-trials finished of the budget, running, rejected, best hypervolume, elapsed time and ETA. The
-hypervolume is recomputed only when a trial completes; the ETA extrapolates the mean time per
-counted trial.
+trials finished of the budget, running, rejected, hypervolume (against the study's fixed
+reference point, see ``studies.pareto``), elapsed time and ETA. The hypervolume is recomputed only
+when a trial completes; the ETA extrapolates the mean time per counted trial.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import time
 from typing import TextIO
 
-from studies.pareto import normalized_hypervolume
+from studies.pareto import Reference, normalized_hypervolume
 
 __all__ = ["Progress"]
 
@@ -27,8 +27,10 @@ class Progress:
     """Shows ``counted/budget | running | rejected | hypervolume | elapsed | ETA``."""
 
     def __init__(self, budget: int, directions: list[str], *, enabled: bool = True,
-                 stream: TextIO | None = None, counted_at_start: int = 0) -> None:
+                 stream: TextIO | None = None, counted_at_start: int = 0,
+                 reference: Reference | None = None) -> None:
         self.budget, self.directions, self.enabled = budget, directions, enabled
+        self.reference = reference
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.start = time.monotonic()
@@ -38,7 +40,7 @@ class Progress:
 
     def line(self, counted: int, running: int, rejected: int, values: list[list[float]]) -> str:
         if len(values) != self.hv_points:  # only a new complete trial moves it
-            self.hv = normalized_hypervolume(values, self.directions)
+            self.hv = normalized_hypervolume(values, self.directions, self.reference)
             self.hv_points = len(values)
         elapsed = time.monotonic() - self.start
         done_here = counted - self.counted_at_start

@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import optuna
 from optuna.trial import TrialState
@@ -56,6 +56,8 @@ __all__ = [
     "create_study",
     "load_existing",
     "run_study",
+    "study_reference",
+    "uniform_chance",
 ]
 
 #: Seconds without a heartbeat after which another host's lease is taken over (a lease of a
@@ -123,14 +125,27 @@ def _check_checkpoints(spec: StudySpec) -> None:
                           f"so {spec.checkpoints!r} cannot be made there.")
 
 
-def _task_geometry(spec: StudySpec) -> TaskGeometry:
-    """The geometry costs are computed on: a cost-only geometry when a study's own evaluator
-    trains on it, else the trainable task's, by building it."""
+def _task_facts(spec: StudySpec) -> tuple[TaskGeometry, float]:
+    """The geometry costs are computed on and the task's chance level: a cost-only geometry
+    (with :func:`uniform_chance`) when a study's own evaluator trains on it, else the trainable
+    task's, by building it."""
     if _cost_only(spec):
-        return GEOMETRIES[spec.task]
+        return GEOMETRIES[spec.task], uniform_chance(GEOMETRIES[spec.task])
     from trainers import get_task
 
-    return get_task(spec.task, **spec.task_options).geometry
+    data = get_task(spec.task, **spec.task_options)
+    return data.geometry, float(data.chance)
+
+
+def _task_geometry(spec: StudySpec) -> TaskGeometry:
+    return _task_facts(spec)[0]
+
+
+def uniform_chance(geometry: TaskGeometry) -> float:
+    """The accuracy of guessing uniformly among a task's outputs (a caption task: 0), the
+    reference accuracy where the task's own chance level is not known (a cost-only geometry,
+    a geometry a test or benchmark passes in, a study created before references were stored)."""
+    return 0.0 if geometry.kind == "caption" else 1.0 / max(1, geometry.num_outputs)
 
 
 def create_study(spec: StudySpec, storage_url: str | None = None, *,
@@ -153,8 +168,12 @@ def create_study(spec: StudySpec, storage_url: str | None = None, *,
     _check_checkpoints(spec)
     tune_callbacks(spec)  # a logger whose package is missing: refused before anything is written
     # Building the task checks its data roots and layout; its geometry prices the space.
-    geometry = geometry or _task_geometry(spec)
+    if geometry is None:
+        geometry, chance = _task_facts(spec)
+    else:
+        chance = uniform_chance(geometry)
     check_space(spec, space, geometry)
+    reference = study_reference(spec, space, geometry, chance)
     url = resolve_storage_url(storage_url)
     if spec.name in _existing_names(url):  # read without writing: refused leaves it untouched
         run = load_existing(spec.name, url)
@@ -188,6 +207,7 @@ def create_study(spec: StudySpec, storage_url: str | None = None, *,
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(spec.objective_names)
         study.set_user_attr(StudyKey.GEOMETRY, asdict(geometry))
+        study.set_user_attr(StudyKey.REFERENCE, reference)
         for label, params in enqueued:
             study.enqueue_trial(params, user_attrs={TrialKey.ENQUEUED: label})
     return StudyRun(spec, space, study, storage, geometry=geometry)
@@ -255,6 +275,82 @@ def check_space(spec: StudySpec, space: SearchSpace, geometry: TaskGeometry,
         f"{count}); the smallest costs {min(c.params for c in costs.values()):,} params and "
         f"{min(c.madds for c in costs.values()):,} MAdds on {geometry.name!r}. Loosen the "
         "constraints or the space.")
+
+
+#: Values tried per knob when searching a space's largest model (a longer range: its ends).
+_LARGEST_CHOICES = 16
+
+
+def largest_cost(space: SearchSpace, geometry: TaskGeometry,
+                 key: Literal["params", "madds"]) -> int:
+    """The largest ``key`` (params or MAdds) of an architecture of ``space`` on ``geometry``,
+    found on the meta device by coordinate ascent: from every knob at its first value, each knob
+    in turn takes the value (every choice, or a range's ends) that makes the model largest,
+    until no knob changes. Exact for a space whose cost grows with each knob separately (as
+    widths, depths, groups and sharing do), a local maximum otherwise."""
+    from optuna.trial import FixedTrial
+
+    from nas.cost import estimate_cost
+
+    candidates = {k: (list(d.values()) if len(d.values()) <= _LARGEST_CHOICES
+                      else [d.values()[0], d.values()[-1]]) for k, d in space.arch.items()}
+    train = {k: d.values()[0] for k, d in space.train.items()}
+    costs: dict[str, int] = {}
+
+    def size(params: dict[str, Any]) -> int:
+        config, _ = space.suggest(FixedTrial({**params, **train}))
+        if config.arch_id not in costs:
+            costs[config.arch_id] = int(getattr(estimate_cost(config, geometry), key))
+        return costs[config.arch_id]
+
+    point = {k: values[0] for k, values in candidates.items()}
+    best, changed = size(point), True
+    while changed:
+        changed = False
+        for knob, values in candidates.items():
+            for value in values:
+                trial = {**point, knob: value}
+                got = size(trial)
+                if got > best:
+                    point, best, changed = trial, got, True
+    return best
+
+
+def study_reference(spec: StudySpec, space: SearchSpace, geometry: TaskGeometry,
+                    chance: float) -> list[float | None]:
+    """The fixed hypervolume reference point of a study, in raw objective units, one entry per
+    objective (see ``studies.pareto``): accuracy at the task's ``chance`` level; params and
+    MAdds at ``params_max`` / ``madds_max`` where constrained, else the space's largest model
+    (:func:`largest_cost`); latency at ``latency_ms_max``, else ``None`` (derived from the
+    trials: it cannot be known before one is measured)."""
+    out: list[float | None] = []
+    for objective in spec.objectives:
+        name = objective.name
+        limit = spec.constraints.get(f"{name}_max")
+        if name == "accuracy":
+            out.append(float(chance))
+        elif limit is not None:
+            out.append(float(limit))
+        elif name in ("params", "madds"):
+            out.append(float(largest_cost(space, geometry, "params" if name == "params"
+                                          else "madds")))
+        else:
+            out.append(None)
+    return out
+
+
+def _store_reference(run: StudyRun) -> None:
+    """Store the reference of a study created before references were stored (``nas resume``),
+    derived from its study file, space and geometry, and say so."""
+    if run.study.user_attrs.get(StudyKey.REFERENCE) is not None or run.geometry is None:
+        return
+    reference = study_reference(run.spec, run.space, run.geometry, uniform_chance(run.geometry))
+    with session(run.storage.url):
+        run.study.set_user_attr(StudyKey.REFERENCE, reference)
+    print(f"study {run.spec.name!r}: it had no stored hypervolume reference (created before "
+          f"references were stored); stored {reference} ({', '.join(run.spec.objective_names)}, "
+          "accuracy at uniform chance), so its hypervolume changes from the value derived from "
+          "its trials.", file=sys.stderr)
 
 
 def _enqueue_params(space: SearchSpace, item: Any,
@@ -387,10 +483,12 @@ def run_study(
         if StudyKey.GEOMETRY not in run.study.user_attrs:
             with session(run.storage.url):
                 run.study.set_user_attr(StudyKey.GEOMETRY, asdict(run.geometry))
+        _store_reference(run)
         deadline = (time.monotonic() + 60 * spec.budget.timeout_minutes
                     if spec.budget.timeout_minutes else math.inf)
         bar = Progress(spec.budget.trials, list(spec.directions), enabled=progress,
-                       counted_at_start=counted)
+                       counted_at_start=counted,
+                       reference=run.study.user_attrs.get(StudyKey.REFERENCE))
 
         def head_lost(reason: str) -> None:
             """Ray ends this process soon after its head is gone, running no Python cleanup:

@@ -1,4 +1,22 @@
-"""Pareto fronts and hypervolume, as pure functions of objective vectors (tested by equality)."""
+"""Pareto fronts and hypervolume, as pure functions of objective vectors (tested by equality).
+
+Every hypervolume the project prints (the progress line, ``nas status``, the dashboard) is taken
+against a FIXED reference point, so that values compare across time and across studies. Each
+objective is scaled so that its reference maps to 0 and its ideal to 1 (accuracy 1, params,
+MAdds and latency 0):
+
+    g = (value - reference) / (ideal - reference), clipped to [0, 1]
+
+and the hypervolume is the volume of the union of the boxes ``[0, g]`` in the unit cube: a value
+in [0, 1], 1 only for an ideal trial, 0 for one no better than the reference in some objective.
+A single trial's hypervolume is the product of its ``g``. The reference is the study's
+``nas.reference`` (``studies.keys.StudyKey.REFERENCE``, raw units, one entry per objective),
+stored when the study is created (``studies.engine.study_reference``): the task's chance level
+for accuracy, ``params_max`` / ``madds_max`` / ``latency_ms_max`` where constrained, else the
+space's largest model (latency: the largest observed, times 1.1). An entry that is missing, or
+a study without a stored reference (created before references were stored), is derived from the
+trials themselves by :func:`fill_reference`.
+"""
 
 from __future__ import annotations
 
@@ -12,17 +30,28 @@ import numpy as np
 Values: TypeAlias = "Sequence[Sequence[float]] | np.ndarray"
 
 __all__ = [
+    "REFERENCE_MARGIN",
+    "Reference",
     "Sweep",
+    "fill_reference",
     "hypervolume",
     "hypervolume_history",
+    "ideal_point",
     "nondominated_mask",
     "nondominated_ranks",
     "normalise",
     "normalized_hypervolume",
     "pareto_sweep",
     "running_front",
+    "scale_to_reference",
     "to_minimization",
 ]
+
+#: A reference point in raw objective units; ``None`` entries are derived from the trials.
+Reference: TypeAlias = "Sequence[float | None] | np.ndarray"
+
+#: A reference derived from the trials sits this factor beyond the largest observed value.
+REFERENCE_MARGIN = 1.1
 
 
 def to_minimization(values: Values, directions: Sequence[str]) -> np.ndarray:
@@ -140,30 +169,81 @@ def normalise(values: Values, directions: Sequence[str]) -> tuple[
     np.ndarray, np.ndarray
 ]:
     """``values`` for minimisation with each objective scaled to [0, 1] over all of them, and
-    the reference point (1.1 everywhere): the scale of every hypervolume this project reports."""
+    the reference point (1.1 everywhere): a scale relative to the trials given, for comparing
+    arms of one experiment with each other (``benchmarks/search.py``). What the project prints
+    is :func:`scale_to_reference`'s fixed scale."""
     points = to_minimization(values, directions)
     low, high = points.min(axis=0), points.max(axis=0)
     span = np.where(high > low, high - low, 1.0)
     return (points - low) / span, np.full(points.shape[1], 1.1)
 
 
-def normalized_hypervolume(values: Sequence[Sequence[float]], directions: Sequence[str]) -> float:
-    """The last point of :func:`hypervolume_history` (of all ``values``), computed once."""
+def ideal_point(directions: Sequence[str]) -> np.ndarray:
+    """The best value of each objective: 1 for a maximised one (accuracy), 0 for a minimised one
+    (params, MAdds, latency)."""
+    return np.array([1.0 if d == "maximize" else 0.0 for d in directions])
+
+
+def fill_reference(reference: Reference | None, values: Values,
+                   directions: Sequence[str]) -> np.ndarray:
+    """The reference point with every missing entry (``reference`` None, or an entry None or
+    NaN) derived from ``values``: a minimised objective :data:`REFERENCE_MARGIN` times its
+    largest observed value (1 where none is positive), a maximised one 0."""
+    m = len(directions)
+    given = [None] * m if reference is None else list(reference)
+    if len(given) != m:
+        raise ValueError(f"The reference point must have one entry per objective ({m}), but "
+                         f"got {len(given)}: {given!r}.")
+    observed = np.asarray(values, dtype=float).reshape(-1, m) if len(values) else np.zeros((0, m))
+    out = np.empty(m)
+    for k, (entry, direction) in enumerate(zip(given, directions, strict=True)):
+        if entry is not None and np.isfinite(float(entry)):
+            out[k] = float(entry)
+        elif direction == "maximize":
+            out[k] = 0.0
+        else:
+            largest = float(observed[:, k].max()) if len(observed) else 0.0
+            out[k] = REFERENCE_MARGIN * largest if largest > 0 else 1.0
+    return out
+
+
+def scale_to_reference(values: Values, directions: Sequence[str],
+                       reference: Reference | None = None) -> np.ndarray:
+    """``values`` as points to minimise in the unit cube: ``1 - g`` per objective (the ideal at
+    0, the reference at 1, see the module's docstring), so :func:`hypervolume` against a
+    reference of ones is the normalised hypervolume. Values better than the ideal count as
+    ideal; an objective whose reference equals its ideal scores every trial as ideal."""
+    m = len(directions)
+    if not len(values):
+        return np.zeros((0, m))
+    raw = np.asarray(values, dtype=float).reshape(len(values), m)
+    ref = fill_reference(reference, raw, directions)
+    ideal = ideal_point(directions)
+    span = ideal - ref  # positive for a maximised objective, negative for a minimised one
+    safe = np.where(span != 0, span, 1.0)
+    goodness = np.where(span != 0, (raw - ref) / safe, 1.0)
+    return 1.0 - np.minimum(goodness, 1.0)
+
+
+def normalized_hypervolume(values: Values, directions: Sequence[str],
+                           reference: Reference | None = None) -> float:
+    """The hypervolume of ``values`` against the fixed ``reference`` (raw units; the study's
+    ``nas.reference``), in [0, 1]: the last point of :func:`hypervolume_history`, computed once."""
     if not len(values):
         return 0.0
-    points, ref = normalise(values, directions)
-    return hypervolume(points, ref)
+    return hypervolume(scale_to_reference(values, directions, reference),
+                       np.ones(len(directions)))
 
 
-def hypervolume_history(values: Sequence[Sequence[float]], directions: Sequence[str]) -> list[
-    float
-]:
-    """Hypervolume after each trial, every objective scaled to [0, 1] over all ``values`` and
-    the reference point at 1.1 (so the curve is comparable along the whole study)."""
+def hypervolume_history(values: Values, directions: Sequence[str],
+                        reference: Reference | None = None) -> list[float]:
+    """The hypervolume after each trial, against the fixed ``reference`` (as
+    :func:`normalized_hypervolume`; ``None`` entries derived from all ``values``)."""
     if not len(values):
         return []
-    points, ref = normalise(values, directions)
-    return [hypervolume(points[: i + 1], ref) for i in range(len(points))]
+    points = scale_to_reference(values, directions, reference)
+    ones = np.ones(len(directions))
+    return [hypervolume(points[: i + 1], ones) for i in range(len(points))]
 
 
 @dataclass(frozen=True)
@@ -180,10 +260,10 @@ class Sweep:
 
 
 def pareto_sweep(values: Values, directions: Sequence[str], *,
-                 max_points: int | None = None) -> Sweep:
+                 reference: Reference | None = None, max_points: int | None = None) -> Sweep:
     """Walk ``values``' rows in order keeping the running front; the hypervolume after each row
-    (as :func:`hypervolume_history`) and the final front (as :func:`nondominated_mask`), in one
-    pass.
+    (as :func:`hypervolume_history` against ``reference``) and the final front (as
+    :func:`nondominated_mask`), in one pass.
 
     The volume is recomputed only where the front changed. With ``max_points`` it is reported
     at that many evenly spaced rows (always the last) for a long study's plot; each value is
@@ -192,7 +272,11 @@ def pareto_sweep(values: Values, directions: Sequence[str], *,
     n = len(values)
     if n == 0:
         return Sweep([], [], np.zeros(0, dtype=bool))
-    points, ref = normalise(values, directions)
+    # The front over the values themselves (scaling clips values better than the ideal, which
+    # would tie them); the volume over their scaled image (scaling keeps dominance, so the
+    # scaled front bounds the same volume as all the scaled rows).
+    points = to_minimization(values, directions)
+    scaled, ref = scale_to_reference(values, directions, reference), np.ones(len(directions))
     if max_points is None or n <= max_points:
         wanted = np.ones(n, dtype=bool)
     else:
@@ -215,7 +299,7 @@ def pareto_sweep(values: Values, directions: Sequence[str], *,
                 changed = changed or added
             if wanted[i]:
                 if changed:
-                    volume, changed = hypervolume(points[front], ref), False
+                    volume, changed = hypervolume(scaled[front], ref), False
                 positions.append(int(i))
                 volumes.append(volume)
     mask = np.zeros(n, dtype=bool)

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from studies.engine import LEASE_STALE_AFTER, counted_trials, load_existing
 from studies.keys import StudyKey, TrialKey
 from studies.lease import is_stale, read_owner
-from studies.pareto import normalized_hypervolume
+from studies.pareto import fill_reference, normalized_hypervolume
 from studies.storage import open_storage, resolve_storage_url, session, study_names
 
 __all__ = ["list_studies", "pareto_trials", "study_status"]
@@ -33,7 +33,12 @@ def _directions(study: optuna.Study) -> list[str]:
 
 def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
     """Trial counts by state, best value of each objective, hypervolume, budget, the process
-    running it (``owner``, None when none is alive) and Ray Tune's folder of its latest run."""
+    running it (``owner``, None when none is alive) and Ray Tune's folder of its latest run.
+
+    The hypervolume is taken against the study's fixed reference point (``reference``, by
+    objective, raw units; ``reference_source`` says whether it was stored with the study or,
+    for a study created before references were stored, derived from its trials: see
+    ``studies.pareto``)."""
     run = load_existing(name, storage_url)
     study = run.study
     with session(run.storage.url):
@@ -49,6 +54,9 @@ def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
     for i, (n, d) in enumerate(zip(names, directions, strict=True)):
         vals = [t.values[i] for t in complete]
         best[n] = (max(vals) if d == "maximize" else min(vals)) if vals else None
+    values = [t.values for t in complete]
+    stored = study.user_attrs.get(StudyKey.REFERENCE)
+    reference = fill_reference(stored, values, directions)
     times = [t.datetime_complete or t.datetime_start for t in trials]
     last = max((x for x in times if x is not None), default=None)
     return {
@@ -58,11 +66,21 @@ def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
         "objectives": [{"name": n, "direction": d} for n, d in zip(names, directions,
                                                                     strict=True)],
         "best": best,
-        "hypervolume": normalized_hypervolume([t.values for t in complete], directions),
+        "hypervolume": normalized_hypervolume(values, directions, stored),
+        "reference": dict(zip(names, map(float, reference), strict=True)),
+        "reference_source": _reference_source(stored),
         "last_activity": last.isoformat() if last else None,
         "owner": owner.to_dict() if owner is not None else None,
         "tune_dir": study.user_attrs.get(StudyKey.TUNE_DIR),
     }
+
+
+def _reference_source(stored: Any) -> str:
+    """``stored``: the study's own reference; ``partly derived``: a latency objective's entry
+    comes from the trials; ``derived``: a study created before references were stored."""
+    if stored is None:
+        return "derived"
+    return "stored" if all(x is not None for x in stored) else "partly derived"
 
 
 def list_studies(storage_url: str | None = None) -> list[dict[str, Any]]:

@@ -286,12 +286,16 @@ def test_hypervolume_against_brute_force(seed: int) -> None:
     n, m = int(rng.integers(1, 10)), int(rng.integers(2, 4))
     values = rng.random((n, m))
     directions = list(rng.choice(["minimize", "maximize"], m))
-    points = to_minimization(values, directions)
-    low, high = points.min(axis=0), points.max(axis=0)
-    scaled = (points - low) / np.where(high > low, high - low, 1.0)
-    expected = _brute_force_hypervolume(scaled, np.full(m, 1.1))
-    assert normalized_hypervolume(values, directions) == pytest.approx(expected, rel=1e-12)
-    curve = pareto_sweep(values, directions).volumes
+    # A fixed reference (raw units): a maximised objective's at 0.2, a minimised one's at 0.9,
+    # ideals at 1 and 0; the scaled coordinates, to minimise, are 1 - g with the reference at 1.
+    reference = [0.2 if d == "maximize" else 0.9 for d in directions]
+    scaled = np.column_stack([
+        1 - (values[:, k] - 0.2) / 0.8 if d == "maximize" else values[:, k] / 0.9
+        for k, d in enumerate(directions)])
+    expected = _brute_force_hypervolume(np.minimum(scaled, 1.0), np.ones(m))
+    assert normalized_hypervolume(values, directions, reference) == pytest.approx(expected,
+                                                                                  rel=1e-12)
+    curve = pareto_sweep(values, directions, reference=reference).volumes
     assert curve[-1] == pytest.approx(expected, rel=1e-12)
     assert all(b >= a for a, b in itertools.pairwise(curve))
 
