@@ -242,7 +242,25 @@ def _cmd_status(args: argparse.Namespace) -> int:
     for o in status["objectives"]:
         best = _objective_value(o["name"], status["best"][o["name"]])
         print(f"  best {o['name']} ({o['direction']}): {best}")
+    _print_promotions(status)
     return 0
+
+
+def _print_promotions(status: dict[str, Any]) -> None:
+    """A promoted study's source and rank agreement; a source's promoted studies and theirs."""
+    from nas_cli.promote_cmd import format_agreement
+
+    fidelity = status.get("fidelity")
+    if status.get("promoted_from") and fidelity:
+        print(f"  promoted from {status['promoted_from']!r} (proxy {fidelity['proxy_epochs']} "
+              f"epochs -> {fidelity['epochs']} on {fidelity['task']!r}): "
+              f"{format_agreement(fidelity)}")
+    for p in status.get("promotions") or []:
+        if p.get("missing"):
+            print(f"  promoted as {p['name']!r} (that study is gone)")
+        else:
+            print(f"  promoted as {p['name']!r} ({p['epochs']} epochs on {p['task']!r}): "
+                  f"{format_agreement(p)}")
 
 
 def _cmd_pareto(args: argparse.Namespace) -> int:
@@ -335,8 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(func=_cmd_pareto)
 
-    from nas_cli import dashboard_cmd, export_cmd
+    from nas_cli import dashboard_cmd, export_cmd, promote_cmd
 
+    promote_cmd.register(sub)
     export_cmd.register(sub)
     dashboard_cmd.register(sub)
     return parser

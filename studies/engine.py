@@ -27,7 +27,7 @@ import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
@@ -149,12 +149,16 @@ def uniform_chance(geometry: TaskGeometry) -> float:
 
 
 def create_study(spec: StudySpec, storage_url: str | None = None, *,
-                 geometry: TaskGeometry | None = None) -> StudyRun:
+                 geometry: TaskGeometry | None = None,
+                 trials: Sequence[tuple[dict[str, Any], dict[str, Any]]] = (),
+                 attrs: Mapping[str, Any] | None = None) -> StudyRun:
     """Create the study in the database (refusing an existing name) with its first trials.
 
     The space, sampler, enqueued architectures, evaluator and task are checked before the
     database is opened, so a bad study file writes nothing. ``geometry`` (tests, benchmarks)
-    is stored as the geometry the study's costs are computed on.
+    is stored as the geometry the study's costs are computed on. ``trials`` are enqueued after
+    the study file's ``enqueue`` list, as (trial parameters of the space, user attributes);
+    ``attrs`` are study user attributes stored beside the engine's own (``nas promote``).
     """
     space = _space_for(spec)
     sampler = make_sampler(spec.sampler, spec.seed)
@@ -208,8 +212,12 @@ def create_study(spec: StudySpec, storage_url: str | None = None, *,
             study.set_metric_names(spec.objective_names)
         study.set_user_attr(StudyKey.GEOMETRY, asdict(geometry))
         study.set_user_attr(StudyKey.REFERENCE, reference)
+        for key, value in (attrs or {}).items():
+            study.set_user_attr(key, value)
         for label, params in enqueued:
             study.enqueue_trial(params, user_attrs={TrialKey.ENQUEUED: label})
+        for params, user_attrs in trials:
+            study.enqueue_trial(params, user_attrs=user_attrs, skip_if_exists=False)
     return StudyRun(spec, space, study, storage, geometry=geometry)
 
 

@@ -33,7 +33,9 @@ def _directions(study: optuna.Study) -> list[str]:
 
 def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
     """Trial counts by state, best value of each objective, hypervolume, budget, the process
-    running it (``owner``, None when none is alive) and Ray Tune's folder of its latest run.
+    running it (``owner``, None when none is alive), Ray Tune's folder of its latest run, and
+    its promotions (``nas promote``): for a promoted study its source (``promoted_from``) and
+    rank agreement (``fidelity``), for a source the studies promoted from it (``promotions``).
 
     The hypervolume is taken against the study's fixed reference point (``reference``, by
     objective, raw units; ``reference_source`` says whether it was stored with the study or,
@@ -72,7 +74,39 @@ def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
         "last_activity": last.isoformat() if last else None,
         "owner": owner.to_dict() if owner is not None else None,
         "tune_dir": study.user_attrs.get(StudyKey.TUNE_DIR),
+        "promoted_from": study.user_attrs.get(StudyKey.PROMOTED_FROM),
+        "fidelity": (_fidelity(study, trials) if study.user_attrs.get(StudyKey.PROMOTED_FROM)
+                     else None),
+        "promotions": _promotions(study, run.storage),
     }
+
+
+def _fidelity(study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) -> dict[str, Any]:
+    """A promoted study's rank agreement, from its trials as they stand (a run cut short and
+    resumed included)."""
+    from studies.promote import fidelity
+    from studies.spec import StudySpec
+
+    spec = StudySpec.from_dict(study.user_attrs[StudyKey.SPEC])
+    stored = study.user_attrs.get(StudyKey.FIDELITY) or {}
+    return fidelity(trials, _objective_names(study), epochs=spec.fidelity.epochs,
+                    task=spec.task, proxy_epochs=stored.get("proxy_epochs"))
+
+
+def _promotions(study: optuna.Study, storage: optuna.storages.RDBStorage) -> list[dict[str, Any]]:
+    """The studies promoted from ``study``, each with its rank agreement (a deleted one with
+    ``missing``)."""
+    out: list[dict[str, Any]] = []
+    for name in study.user_attrs.get(StudyKey.PROMOTIONS) or []:
+        with session(storage.url):
+            try:
+                promoted = optuna.load_study(study_name=name, storage=storage)
+            except KeyError:
+                out.append({"name": name, "missing": True})
+                continue
+            trials = promoted.get_trials(deepcopy=False)
+        out.append({"name": name, **_fidelity(promoted, trials)})
+    return out
 
 
 def _reference_source(stored: Any) -> str:

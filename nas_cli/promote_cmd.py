@@ -1,0 +1,89 @@
+"""``nas promote``: retrain a study's front (and a spread of dominated trials) at a higher fidelity
+as a linked study, and report how well the proxy ranking predicted the promoted one (see
+``studies.promote``).
+
+``register(subparsers)`` adds the subcommand; the engine is imported only when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+__all__ = ["format_agreement", "register"]
+
+_DESCRIPTION = """\
+Retrain the Pareto-optimal trials of study NAME (up to --top, spread over the front by accuracy)
+and as many of its dominated completed trials (evenly spaced by proxy accuracy) for --epochs
+epochs (default 4x the study's) on --task (default the study's), as a new study NAME-promoted in
+the same database (an ordinary Optuna study: each trial names its source trial in the user
+attribute nas.source_trial and its proxy accuracy in nas.source_value). Prints Kendall's tau and
+Spearman's rho between proxy and promoted accuracy, with the number of pairs, and the promoted
+Pareto front. `nas status NAME` shows the result; `nas resume NAME-promoted` continues a cut-off
+promotion."""
+
+
+def format_agreement(result: dict[str, Any]) -> str:
+    """One line: tau, rho and the number of pairs (``-`` where undefined)."""
+    def fmt(x: float | None) -> str:
+        return "-" if x is None else f"{x:+.3f}"
+
+    return (f"Kendall tau {fmt(result.get('kendall_tau'))}, Spearman rho "
+            f"{fmt(result.get('spearman_rho'))} over {result.get('pairs', 0)} pairs")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from nas_cli.main import _print_front, _refuse_memory_storage
+    from studies.cluster import check_ray_address
+    from studies.promote import DEFAULT_TOP, plan_promotion, promote, promoted_pairs
+
+    check_ray_address(args.address)
+    _refuse_memory_storage(args.storage)
+    top = DEFAULT_TOP if args.top is None else args.top
+    plan = plan_promotion(args.name, args.storage, top=top, epochs=args.epochs,
+                          task=args.task)
+    spec = plan.spec
+    print(f"promoting {len(plan.front)} Pareto-optimal and {len(plan.dominated)} dominated "
+          f"trials of {args.name!r} ({plan.source.spec.fidelity.epochs} epochs on "
+          f"{plan.source.spec.task!r}) to {spec.fidelity.epochs} epochs on {spec.task!r} as "
+          f"study {spec.name!r}, storage {plan.source.storage.url}", file=sys.stderr)
+    result = promote(plan, address=args.address, verbose=args.verbose)
+    print(f"Promoted {args.name!r} as {spec.name!r}: {format_agreement(result)} "
+          f"(proxy {plan.source.spec.fidelity.epochs} epochs -> {spec.fidelity.epochs} on "
+          f"{spec.task!r})")
+    pairs = promoted_pairs(spec.name, plan.source.storage)
+    if pairs:
+        print("  source trial  proxy accuracy  promoted accuracy")
+        for row in sorted(pairs, key=lambda r: -r["proxy"]):
+            print(f"  {row['source_trial']:>12}  {row['proxy']:>14.4f}  {row['promoted']:>17.4f}")
+    _print_front(spec.name, args.storage)
+    return 0
+
+
+def _integer(text: str) -> int:
+    """An integer argument (its range is checked by the command: one line, exit 2)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+
+
+def register(subparsers: Any) -> None:
+    """Add ``promote`` to the ``nas`` subcommands (``subparsers`` from ``add_subparsers``)."""
+    p = subparsers.add_parser(
+        "promote", help="retrain a study's front at a higher fidelity; rank agreement",
+        description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", metavar="NAME", help="the study")
+    p.add_argument("--top", type=_integer, default=None, metavar="N",
+                   help="Pareto-optimal trials at most, and as many dominated ones (default 8)")
+    p.add_argument("--epochs", type=_integer, default=None, metavar="E",
+                   help="epochs of each promoted trial (default: 4x the study's)")
+    p.add_argument("--task", default=None, metavar="TASK",
+                   help="the task to retrain on (default: the study's)")
+    p.add_argument("--storage", default=None,
+                   help="SQLAlchemy URL of the study database (default: $NAS_STORAGE, else "
+                   "sqlite:///nas_studies.db)")
+    p.add_argument("--address", default=None, help="an existing Ray cluster (e.g. auto)")
+    p.add_argument("--verbose", action="store_true", help="also show Ray Tune's own output")
+    p.set_defaults(func=_run)

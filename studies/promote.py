@@ -1,0 +1,227 @@
+"""Proxy fidelity: retrain a study's front and a spread of its other trials at a higher fidelity.
+
+Every proxy-based search assumes that the ranking after a few epochs on small data predicts the
+ranking after real training. ``promote`` measures it: it picks the Pareto-optimal trials of a
+study (up to ``top``, spread over the front by accuracy) and as many dominated completed trials,
+evenly spaced by their proxy accuracy (so that the pairs span the range the proxy saw), and
+retrains each for ``epochs`` (default 4x the study's) on ``task`` (default the study's) as a NEW
+study in the same database, ``<name>-promoted`` (``-promoted-2`` ... when taken). It is an
+ordinary study of the engine: the chosen architectures are enqueued with their training
+parameters, the budget is their number, early stopping and constraints are off, the trials run
+as Ray Tune trials under the study's lease, and Optuna reads it as any other (same directions;
+values = promoted accuracy, params, MAdds).
+
+The links, in ``studies.keys``: each promoted trial carries ``TrialKey.SOURCE_TRIAL`` (the source
+trial's number) and ``TrialKey.SOURCE_VALUE`` (its proxy accuracy); the promoted study carries
+``StudyKey.PROMOTED_FROM`` (the source's name) and ``StudyKey.FIDELITY`` (:func:`fidelity` of its
+trials: Kendall's tau-b and Spearman's rho between proxy and promoted accuracy over the ``pairs``
+of completed trials, with ``epochs`` and ``task``); the source study lists its promoted studies in
+``StudyKey.PROMOTIONS``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from nas.errors import ConfigError
+from nas.tasks import TaskGeometry
+from studies._trials import Evaluator, StudyRun
+from studies.keys import StudyKey, TrialKey
+from studies.pareto import nondominated_mask, to_minimization
+from studies.spec import StudySpec
+from studies.storage import session
+
+__all__ = ["DEFAULT_TOP", "EPOCH_FACTOR", "Plan", "fidelity", "plan_promotion", "promote",
+           "rank_agreement", "select_trials"]
+
+#: Pareto-optimal trials promoted at most (and dominated ones besides) unless ``top`` says.
+DEFAULT_TOP = 8
+#: The promoted epochs, as a multiple of the study's, unless ``epochs`` says.
+EPOCH_FACTOR = 4
+
+
+def rank_agreement(proxy: Sequence[float], promoted: Sequence[float]) -> tuple[
+    float | None, float | None
+]:
+    """Kendall's tau-b and Spearman's rho between two rankings (``None`` where undefined: fewer
+    than two pairs, or one side constant)."""
+    from scipy.stats import kendalltau, spearmanr
+
+    if len(proxy) != len(promoted):
+        raise ValueError(f"Pairs need two sides of one length, but got {len(proxy)} and "
+                         f"{len(promoted)}.")
+    if len(proxy) < 2 or len(set(proxy)) < 2 or len(set(promoted)) < 2:
+        return None, None
+    tau = float(kendalltau(proxy, promoted).statistic)
+    rho = float(spearmanr(proxy, promoted).statistic)
+    return (tau if np.isfinite(tau) else None), (rho if np.isfinite(rho) else None)
+
+
+def _spread(trials: list[FrozenTrial], k: int, accuracy: int) -> list[FrozenTrial]:
+    """``k`` of ``trials`` evenly spaced by accuracy rank (all of them if there are fewer)."""
+    ranked = sorted(trials, key=lambda t: (-t.values[accuracy], t.number))
+    if len(ranked) <= k:
+        return ranked
+    picks = np.unique(np.linspace(0, len(ranked) - 1, k).round().astype(int))
+    return [ranked[i] for i in picks]
+
+
+def select_trials(trials: Sequence[FrozenTrial], directions: Sequence[str], accuracy: int,
+                  top: int) -> tuple[list[FrozenTrial], list[FrozenTrial]]:
+    """The Pareto-optimal completed trials (up to ``top``, evenly spread by accuracy rank) and up
+    to ``top`` dominated ones, evenly spaced by accuracy rank. A trial that repeats an earlier
+    one's parameters (a reused result) is left out: it would pair the same training twice."""
+    seen: set[str] = set()
+    distinct: list[FrozenTrial] = []
+    for t in sorted(trials, key=lambda t: t.number):
+        key = json.dumps(t.params, sort_keys=True, default=str)
+        if t.state == TrialState.COMPLETE and t.values is not None and key not in seen:
+            seen.add(key)
+            distinct.append(t)
+    if not distinct:
+        return [], []
+    mask = nondominated_mask(to_minimization([t.values for t in distinct], directions))
+    front = [t for t, m in zip(distinct, mask, strict=True) if m]
+    dominated = [t for t, m in zip(distinct, mask, strict=True) if not m]
+    return _spread(front, top, accuracy), _spread(dominated, top, accuracy)
+
+
+def fidelity(trials: Sequence[FrozenTrial], objective_names: Sequence[str], *, epochs: int,
+             task: str, proxy_epochs: int | None = None) -> dict[str, Any]:
+    """The rank agreement of a promoted study's completed trials (``StudyKey.FIDELITY``)."""
+    accuracy = list(objective_names).index("accuracy")
+    pairs = [(float(t.user_attrs[TrialKey.SOURCE_VALUE]), float(t.values[accuracy]))
+             for t in trials if t.state == TrialState.COMPLETE
+             and t.user_attrs.get(TrialKey.SOURCE_VALUE) is not None]
+    tau, rho = rank_agreement([p for p, _ in pairs], [q for _, q in pairs])
+    return {"kendall_tau": tau, "spearman_rho": rho, "pairs": len(pairs), "epochs": epochs,
+            "task": task, "proxy_epochs": proxy_epochs}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What ``promote`` will run: the source, the promoted study and the trials chosen."""
+
+    source: StudyRun
+    spec: StudySpec
+    front: list[FrozenTrial]
+    dominated: list[FrozenTrial]
+    accuracy: int  # the index of accuracy among the objectives
+
+    @property
+    def chosen(self) -> list[FrozenTrial]:
+        return sorted([*self.front, *self.dominated], key=lambda t: t.number)
+
+    def enqueued(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """Each chosen trial's parameters and the links of its promoted trial."""
+        return [(dict(t.params), {TrialKey.SOURCE_TRIAL: t.number,
+                                  TrialKey.SOURCE_VALUE: float(t.values[self.accuracy])})
+                for t in self.chosen]
+
+
+def _free_name(base: str, taken: Sequence[str]) -> str:
+    if base not in taken:
+        return base
+    n = 2
+    while f"{base}-{n}" in taken:
+        n += 1
+    return f"{base}-{n}"
+
+
+def plan_promotion(name: str, storage_url: str | None = None, *, top: int = DEFAULT_TOP,
+                   epochs: int | None = None, task: str | None = None) -> Plan:
+    """Choose the trials and build the promoted study's spec, reading the database only.
+
+    Raises:
+        UnknownStudyError: no study ``name``.
+        ConfigError: ``top`` or ``epochs`` below 1, an unknown ``task``, a study without an
+            accuracy objective or without completed trials.
+    """
+    from studies.engine import _check_task, load_existing
+    from studies.storage import study_names
+
+    if top < 1:
+        raise ConfigError(f"`--top >= 1` must hold, but got {top}.")
+    if epochs is not None and epochs < 1:
+        raise ConfigError(f"`--epochs >= 1` must hold, but got {epochs}.")
+    source = load_existing(name, storage_url)
+    spec = source.spec
+    if "accuracy" not in spec.objective_names:
+        raise ConfigError(f"Study {name!r} has no accuracy objective (objectives "
+                          f"{spec.objective_names}): there is no proxy ranking to check.")
+    accuracy = spec.objective_names.index("accuracy")
+    with session(source.storage.url):
+        trials = source.study.get_trials(deepcopy=False)
+    front, dominated = select_trials(trials, spec.directions, accuracy, top)
+    if not front:
+        raise ConfigError(f"Study {name!r} has no completed trials to promote; run or resume it "
+                          "first.")
+    task_name = task or spec.task
+    data = spec.to_dict()
+    data.update({
+        "name": _free_name(f"{name}-promoted", study_names(source.storage.url)),
+        "description": f"Trials of {name!r} retrained at a higher fidelity (nas promote).",
+        "task": ({"name": task_name, **spec.task_options} if task_name == spec.task
+                 else task_name),
+        "fidelity": {"epochs": epochs or EPOCH_FACTOR * spec.fidelity.epochs,
+                     "early_stopping": "none"},
+        # Every chosen trial trains: none is rejected (on another task the costs change), and
+        # the budget is their number, so the sampler never draws one of its own.
+        "constraints": {}, "sampler": {"name": "random"}, "enqueue": [],
+        "budget": {"trials": len(front) + len(dominated)},
+    })
+    promoted = StudySpec.from_dict(data)
+    _check_task(promoted)  # before anything is announced or written
+    return Plan(source, promoted, front, dominated, accuracy)
+
+
+def promote(plan: Plan, *, address: str | None = None, progress: bool = True,
+            evaluator: Evaluator | None = None, geometry: TaskGeometry | None = None,
+            verbose: bool = False) -> dict[str, Any]:
+    """Create the promoted study, link it to its source, run it and store its fidelity.
+
+    ``evaluator`` and ``geometry`` as for ``studies.engine.run_study`` (tests, benchmarks).
+    Returns ``StudyKey.FIDELITY``'s value, with the promoted study's ``name``.
+    """
+    from studies.engine import create_study, load_existing, run_study
+
+    source, spec = plan.source, plan.spec
+    before = fidelity([], spec.objective_names, epochs=spec.fidelity.epochs, task=spec.task,
+                      proxy_epochs=source.spec.fidelity.epochs)
+    run = create_study(spec, source.storage.url, geometry=geometry, trials=plan.enqueued(),
+                       attrs={StudyKey.PROMOTED_FROM: source.spec.name,
+                              StudyKey.FIDELITY: before})
+    writable = load_existing(source.spec.name, source.storage.url, write=True)
+    with session(writable.storage.url):
+        listed = list(writable.study.user_attrs.get(StudyKey.PROMOTIONS) or [])
+        writable.study.set_user_attr(StudyKey.PROMOTIONS, [*listed, spec.name])
+    run_study(run, address=address, progress=progress, evaluator=evaluator, geometry=geometry,
+              verbose=verbose)
+    with session(run.storage.url):
+        trials = run.study.get_trials(deepcopy=False)
+        result = fidelity(trials, spec.objective_names, epochs=spec.fidelity.epochs,
+                          task=spec.task, proxy_epochs=source.spec.fidelity.epochs)
+        run.study.set_user_attr(StudyKey.FIDELITY, result)
+    return {"name": spec.name, **result}
+
+
+def promoted_pairs(name: str, storage: optuna.storages.RDBStorage) -> list[dict[str, Any]]:
+    """Each completed promoted trial of study ``name``: its number, source trial, proxy and
+    promoted accuracy."""
+    study = optuna.load_study(study_name=name, storage=storage)
+    names = study.user_attrs.get(StudyKey.OBJECTIVES) or []
+    if "accuracy" not in names:
+        return []
+    accuracy = names.index("accuracy")
+    with session(storage.url):
+        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return [{"number": t.number, "source_trial": t.user_attrs.get(TrialKey.SOURCE_TRIAL),
+             "proxy": t.user_attrs.get(TrialKey.SOURCE_VALUE), "promoted": t.values[accuracy]}
+            for t in trials if t.user_attrs.get(TrialKey.SOURCE_VALUE) is not None]
