@@ -126,12 +126,13 @@ def test_promote_writes_a_linked_study(tmp_path: Path, ray_local: None,
         assert t.values[0] == pytest.approx(proxy.values[0] + 0.01 * (5 - 2))
         assert t.values[1:] == proxy.values[1:]
 
-    proxy = [t.user_attrs[TrialKey.SOURCE_VALUE] for t in trials]
+    proxies = [t.user_attrs[TrialKey.SOURCE_VALUE] for t in trials]
     final = [t.values[0] for t in trials]
     fidelity = promoted.user_attrs[StudyKey.FIDELITY]
-    assert fidelity["pairs"] == len(trials)
-    assert fidelity["kendall_tau"] == pytest.approx(kendalltau(proxy, final).statistic)
-    assert fidelity["spearman_rho"] == pytest.approx(spearmanr(proxy, final).statistic)
+    assert fidelity["pairs"] == len(trials) >= 2
+    assert fidelity["kendall_tau"] == pytest.approx(kendalltau(proxies, final).statistic)
+    assert fidelity["spearman_rho"] == pytest.approx(spearmanr(proxies, final).statistic)
+    assert fidelity["kendall_tau"] == pytest.approx(1.0)  # the fake keeps the proxy's order
     assert (fidelity["epochs"], fidelity["task"], fidelity["proxy_epochs"]) == (5, "digits", 2)
     assert f"Kendall tau {fidelity['kendall_tau']:+.3f}" in out
     assert f"over {len(trials)} pairs" in out
