@@ -511,6 +511,10 @@ def run_study(
 
         with HeadWatch(head_lost):
             halted = fit(run, evaluator, pool, deadline, bar, verbose)
+        if run.study.user_attrs.get(StudyKey.PROMOTED_FROM):
+            from studies.promote import record_fidelity
+
+            record_fidelity(run)
     if halted:
         raise NasError(halted)
     return run

@@ -39,7 +39,7 @@ from studies.spec import StudySpec
 from studies.storage import session
 
 __all__ = ["DEFAULT_TOP", "EPOCH_FACTOR", "Plan", "fidelity", "plan_promotion", "promote",
-           "rank_agreement", "select_trials"]
+           "promoted_pairs", "rank_agreement", "record_fidelity", "select_trials"]
 
 #: Pareto-optimal trials promoted at most (and dominated ones besides) unless ``top`` says.
 DEFAULT_TOP = 8
@@ -195,21 +195,30 @@ def promote(plan: Plan, *, address: str | None = None, progress: bool = True,
     source, spec = plan.source, plan.spec
     before = fidelity([], spec.objective_names, epochs=spec.fidelity.epochs, task=spec.task,
                       proxy_epochs=source.spec.fidelity.epochs)
+    attrs: dict[str, Any] = {StudyKey.PROMOTED_FROM: source.spec.name, StudyKey.FIDELITY: before}
+    reference = source.study.user_attrs.get(StudyKey.REFERENCE)
+    if reference is not None and spec.task == source.spec.task:
+        attrs[StudyKey.REFERENCE] = reference  # hypervolumes comparable with the source's
     run = create_study(spec, source.storage.url, geometry=geometry, trials=plan.enqueued(),
-                       attrs={StudyKey.PROMOTED_FROM: source.spec.name,
-                              StudyKey.FIDELITY: before})
+                       attrs=attrs)
     writable = load_existing(source.spec.name, source.storage.url, write=True)
     with session(writable.storage.url):
         listed = list(writable.study.user_attrs.get(StudyKey.PROMOTIONS) or [])
         writable.study.set_user_attr(StudyKey.PROMOTIONS, [*listed, spec.name])
     run_study(run, address=address, progress=progress, evaluator=evaluator, geometry=geometry,
-              verbose=verbose)
+              verbose=verbose)  # stores the fidelity at its end (record_fidelity)
+    return {"name": spec.name, **run.study.user_attrs[StudyKey.FIDELITY]}
+
+
+def record_fidelity(run: StudyRun) -> None:
+    """Store the rank agreement of a promoted study's trials as they stand (``run_study`` calls
+    it when a promoted study's run ends, so a resumed promotion updates it too)."""
     with session(run.storage.url):
+        stored = run.study.user_attrs.get(StudyKey.FIDELITY) or {}
         trials = run.study.get_trials(deepcopy=False)
-        result = fidelity(trials, spec.objective_names, epochs=spec.fidelity.epochs,
-                          task=spec.task, proxy_epochs=source.spec.fidelity.epochs)
+        result = fidelity(trials, run.spec.objective_names, epochs=run.spec.fidelity.epochs,
+                          task=run.spec.task, proxy_epochs=stored.get("proxy_epochs"))
         run.study.set_user_attr(StudyKey.FIDELITY, result)
-    return {"name": spec.name, **result}
 
 
 def promoted_pairs(name: str, storage: optuna.storages.RDBStorage) -> list[dict[str, Any]]:

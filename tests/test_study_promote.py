@@ -93,8 +93,9 @@ def test_selection_spreads_over_the_front_and_the_dominated() -> None:
 @pytest.mark.slow
 def test_promote_writes_a_linked_study(tmp_path: Path, ray_local: None,
                                        capsys: pytest.CaptureFixture[str]) -> None:
-    url = _study(tmp_path)
+    url = _study(tmp_path, constraints={"params_max": 1e6})
     source = optuna.load_study(study_name="src", storage=url)
+    assert source.user_attrs[StudyKey.REFERENCE][1] == 1e6
     complete = [t for t in source.trials if t.state == TrialState.COMPLETE]
     capsys.readouterr()
     assert nas_main(["promote", "src", "--top", "2", "--epochs", "5", "--storage", url]) == 0
@@ -103,6 +104,7 @@ def test_promote_writes_a_linked_study(tmp_path: Path, ray_local: None,
     promoted = optuna.load_study(study_name="src-promoted", storage=url)
     assert promoted.directions == source.directions
     assert promoted.user_attrs[StudyKey.PROMOTED_FROM] == "src"
+    assert promoted.user_attrs[StudyKey.REFERENCE] == source.user_attrs[StudyKey.REFERENCE]
     assert optuna.load_study(study_name="src", storage=url).user_attrs[
         StudyKey.PROMOTIONS] == ["src-promoted"]
     trials = promoted.trials
