@@ -3,7 +3,9 @@
     python benchmarks/search.py [--seeds 3] [--trials 24] [--epochs 4] [--steps 0]
 
 Three arms on the ``quickstart`` space and task (tiny ViTs on digits, three objectives: accuracy,
-params, MAdds, and its constraint params <= 2e5), each with the same number of trials per seed:
+params, MAdds, and its constraint params <= 2e5), on the same budget of epochs per seed: (b) and
+(c) train ``--trials`` trials to the full epochs; (a) stops trials early, so it is given up to
+twice the trials and its curve is cut where it has consumed (b)'s epochs:
 
 (a) this engine as shipped: its default sampler (the quickstart study's NSGA-II), constraint
     checks before training, reuse of re-sampled architectures and multi-objective ASHA early
@@ -191,7 +193,7 @@ def main() -> None:
             arms = {
                 "(a) engine, NSGA-II + MO-ASHA": engine_arm(
                     f"sqlite:///{tmp / f'a{seed}.db'}",
-                    _study(f"a{seed}", seed, args.trials, args.epochs, args.steps,
+                    _study(f"a{seed}", seed, 2 * args.trials, args.epochs, args.steps,
                            sampler={"name": "nsga2", "population_size": 6}, asha=True)),
                 "(b) Tune + OptunaSearch NSGA-II": tune_arm(
                     tmp, f"b{seed}", seed, args.trials, args.epochs, args.steps),
@@ -200,8 +202,11 @@ def main() -> None:
                     _study(f"c{seed}", seed, args.trials, args.epochs, args.steps,
                            sampler={"name": "random"}, asha=False)),
             }
+            names = list(arms)
+            b_total = arms[names[1]][-1][0] if arms[names[1]] else 0
+            # The same budget of epochs: (a)'s trials after it consumed (b)'s epochs do not count.
+            arms[names[0]] = [p for p in arms[names[0]] if p[0] <= b_total]
             curves = _curves(arms)
-            names = list(curves)
             target = curves[names[1]][-1][1] if curves[names[1]] else 0.0
             reach = _epochs_to_reach(curves[names[0]], target)
             b_epochs = curves[names[1]][-1][0] if curves[names[1]] else 0
@@ -210,13 +215,14 @@ def main() -> None:
     ray.shutdown()
 
     cap = f"at most {args.steps} batches each" if args.steps > 0 else "whole epochs"
-    print(f"\n{args.trials} trials per arm, {args.epochs} epochs ({cap}), quickstart space on "
-          "digits; hypervolume scaled over all arms per seed")
-    print(f"{'seed':<5}{'arm':<34}{'final HV':>9}{'epochs':>8}")
+    print(f"\n{args.trials} trials for (b) and (c), (a) up to {2 * args.trials} within (b)'s "
+          f"epochs; {args.epochs} epochs ({cap}), quickstart space on digits; hypervolume "
+          "scaled over all arms per seed")
+    print(f"{'seed':<5}{'arm':<34}{'asked':>7}{'final HV':>9}{'epochs':>8}")
     for seed, curves, _, _ in rows:
         for name, curve in curves.items():
             hv, used = (curve[-1][1], curve[-1][0]) if curve else (0.0, 0)
-            print(f"{seed:<5}{name:<34}{hv:>9.4f}{used:>8}")
+            print(f"{seed:<5}{name:<34}{len(curve):>7}{hv:>9.4f}{used:>8}")
     ratios = []
     for seed, _, reach, b_epochs in rows:
         if reach is None:
