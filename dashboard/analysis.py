@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from dashboard.data import StudyData
+from studies.keys import StudyKey
 from studies.pareto import Sweep, nondominated_mask, pareto_sweep, to_minimization
 
 __all__ = [
@@ -215,7 +216,9 @@ class StudyView:
 
     @cached_property
     def sweep(self) -> Sweep:
-        return pareto_sweep(self.values, self.data.info.directions, max_points=CURVE_POINTS)
+        return pareto_sweep(self.values, self.data.info.directions,
+                            reference=self.data.info.attrs.get(StudyKey.REFERENCE),
+                            max_points=CURVE_POINTS)
 
     @property
     def front(self) -> np.ndarray:

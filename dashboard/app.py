@@ -104,7 +104,8 @@ class _Reader:
             matrix = wide.to_numpy(dtype=float)
             key = (len(matrix), float(wide.index.to_numpy().sum()))
             if self._volumes.get(info.study_id, (None, 0.0))[0] != key:
-                volume = normalized_hypervolume(matrix, info.directions)
+                volume = normalized_hypervolume(matrix, info.directions,
+                                                info.attrs.get(StudyKey.REFERENCE))
                 self._volumes[info.study_id] = (key, volume)
             best = {}
             for i, (name, direction) in enumerate(zip(info.objectives, info.directions,
