@@ -19,6 +19,7 @@ from nas.errors import ConfigError
 from nas.sharing import MAX_PATTERN_LENGTH, canonical_pattern, format_pattern, parse_pattern
 
 __all__ = [
+    "DROP_RATE",
     "FAMILIES",
     "LIMITS",
     "MAX_STAGES",
@@ -32,6 +33,10 @@ Family = Literal["mcan", "ort", "lxmert", "vit", "swin"]
 AttentionSharing = Literal["none", "kv", "qk", "qv"]
 FAMILIES: tuple[str, ...] = get_args(Family)
 _SHARINGS: tuple[str, ...] = get_args(AttentionSharing)
+#: Each family's dropout where a training run names none (``TrainConfig.dropout`` None): its
+#: paper's (MCAN, ORT and LXMERT train with 0.1), timm's for the vision families (DeiT and Swin
+#: use none).
+DROP_RATE: dict[str, float] = {"mcan": 0.1, "ort": 0.1, "lxmert": 0.1, "vit": 0.0, "swin": 0.0}
 
 # The stacks of each family, in order, with the config key holding each stack's depth.
 _STACKS: dict[str, dict[str, str]] = {

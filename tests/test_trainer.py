@@ -91,6 +91,34 @@ def test_every_family_trains_on_its_task_with_the_loss_going_down(
         assert {"bleu4"} == set(result.epochs[-1]["extra"])
 
 
+@pytest.mark.parametrize(("name", "dropout", "expected"), [
+    ("vit", 0.25, 0.25), ("swin", 0.25, 0.25), ("mcan", 0.0, 0.0), ("ort-word", 0.3, 0.3),
+    ("vit", None, 0.0), ("swin", None, 0.0), ("mcan", None, 0.1), ("lxmert", None, 0.1),
+])
+def test_dropout_reaches_every_dropout_of_the_model_through_create_model(
+    name: str, dropout: float | None, expected: float, tasks: dict[str, TaskData],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """TrainConfig.dropout is create_model's drop_rate (None: the family's own, 0.1 in the
+    papers' VQA and captioning models, 0 in DeiT and Swin): no module is patched afterwards.
+    (Where a family applies dropout on the residual, the sublayer's own output dropout stays an
+    identity, so that no path is dropped twice.)"""
+    built: list[torch.nn.Module] = []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        built.append(real(*args, **kwargs))
+        return built[-1]
+
+    real = loop.create_model
+    monkeypatch.setattr(loop, "create_model", spy)
+    result = train(tiny(name), fast(epochs=1, max_steps_per_epoch=1, dropout=dropout),
+                   tasks[TINY[name][2]])
+    assert result.status == "completed", result.reason
+    rates = {m.p for m in built[0].modules() if isinstance(m, torch.nn.Dropout)}
+    assert rates - {0.0} == ({expected} if expected else set())
+    assert expected in rates
+
+
 # ----------------------------------------------------------------------------- checkpoints
 @pytest.mark.parametrize("name", ["vit", "ort-radix", "mcan"])
 def test_checkpoint_reloads_to_identical_outputs(

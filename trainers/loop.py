@@ -88,7 +88,7 @@ class TrainConfig:
     warmup_epochs: float = 0.5
     lr_sqrt_groups: bool = False  # the LW papers' learning rate scaled by sqrt(k)
     grad_clip: float | None = 1.0
-    dropout: float = 0.1
+    dropout: float | None = None  # None: the family's own, nas.config.DROP_RATE
     seed: int = 0
     device: str = "auto"  # "auto" = CUDA when present, else CPU
     amp: bool = True  # mixed precision, on CUDA only
@@ -361,11 +361,7 @@ def train(
                           eval_batch_size=cfg.eval_batch_size)
     seed_everything(cfg.seed)
     kind = data.geometry.kind
-    model = create_model(config, data.geometry, device=device)
-    if cfg.dropout != 0.1:
-        for m in model.modules():
-            if isinstance(m, nn.Dropout):
-                m.p = cfg.dropout
+    model = create_model(config, data.geometry, device=device, drop_rate=cfg.dropout)
     cost = model_cost(model, config, data.geometry)
     tokenizer = make_tokenizer(config, data)
     names = _input_names(model)

@@ -7,13 +7,13 @@ from collections.abc import Callable
 
 import torch
 
-from nas.config import ArchConfig
+from nas.config import DROP_RATE, ArchConfig
 from nas.models.base import FamilyModel
 from nas.tasks import DEFAULT_TASK, TaskGeometry, check_task_fits, get_geometry
 
 __all__ = ["FamilyModel", "create_model", "resolve_task"]
 
-# family -> module defining ``build(config, task, *, device=None, dtype=None) -> FamilyModel``
+# family -> module defining ``build(config, task, *, device=None, dtype=None, dropout=...)``
 _BUILDERS = {
     "mcan": "nas.models.mcan",
     "ort": "nas.models.ort",
@@ -38,12 +38,17 @@ def create_model(
     *,
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
+    drop_rate: float | None = None,
 ) -> FamilyModel:
     """Build the network ``config`` describes for ``task`` (default: the family's task).
 
     ``device="meta"`` builds it without allocating weights (what the cost model does).
+    ``drop_rate`` is the probability of every dropout in the network, as timm's ``drop_rate``
+    (the trainer passes ``TrainConfig.dropout``); ``None`` is the family's own
+    (``nas.config.DROP_RATE``).
     """
     geometry = resolve_task(config, task)
     module = importlib.import_module(_BUILDERS[config.family])
     build: Callable[..., FamilyModel] = module.build
-    return build(config, geometry, device=device, dtype=dtype)
+    dropout = DROP_RATE[config.family] if drop_rate is None else float(drop_rate)
+    return build(config, geometry, device=device, dtype=dtype, dropout=dropout)

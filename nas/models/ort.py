@@ -365,7 +365,7 @@ class ORTCaptioner(FamilyModel):
 
 def build(
     config: ArchConfig, task: TaskGeometry, *, device: _Device = None,
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | None = None, dropout: float = 0.1,
 ) -> ORTCaptioner:
     """The ORT/ACORT captioner for ``task``: word vocabulary, or radix digits with ``radix_base``.
 
@@ -377,5 +377,5 @@ def build(
     return ORTCaptioner(
         config, region_dim=task.region_dim, vocab_size=vocab, num_regions=task.regions,
         caption_len=caption_tokens(task, v), pad_id=pad, bos_id=pad + 1, eos_id=pad + 2,
-        device=device, dtype=dtype,
+        dropout=dropout, device=device, dtype=dtype,
     )

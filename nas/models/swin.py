@@ -156,12 +156,14 @@ def build(
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
     drop_path_rate: float = 0.0,
+    dropout: float = 0.0,
 ) -> Swin:
     """The Swin Transformer ``config`` describes, for ``task``'s images and classes.
 
     Windows larger than a stage's resolution are clamped to it by timm (and that stage's blocks
     then do not shift); resolutions that windows do not divide are padded, as timm does.
-    ``drop_path_rate`` is timm's stochastic depth; every dropout is 0.
+    ``drop_path_rate`` is timm's stochastic depth; ``dropout`` is every dropout (timm's
+    ``drop_rate``, ``proj_drop_rate`` and ``attn_drop_rate``), 0 as in Swin.
     """
     assert config.depths is not None and config.window_size is not None
     check_patch_grid(config, task)
@@ -177,6 +179,9 @@ def build(
         window_size=config.window_size,
         mlp_ratio=ff / d,
         qkv_bias=True,
+        drop_rate=dropout,
+        proj_drop_rate=dropout,
+        attn_drop_rate=dropout,
         drop_path_rate=drop_path_rate,
         weight_init=timm_weight_init(device),
         device=device,
@@ -187,11 +192,12 @@ def build(
         scale = block.dim // d  # 2**i in stage i
         # timm built its own attention and MLP; ours take their places under the same names.
         block.add_module("attn", WindowAttention(
-            block.dim, h * scale, block.window_size, **knobs, device=device, dtype=dtype
+            block.dim, h * scale, block.window_size, **knobs, attn_drop=dropout,
+            proj_drop=dropout, device=device, dtype=dtype
         ))
         block.add_module("mlp", FeedForward(
-            block.dim, ff * scale, **ffn_knobs(config), act_layer=nn.GELU, device=device,
-            dtype=dtype,
+            block.dim, ff * scale, **ffn_knobs(config), act_layer=nn.GELU, drop=dropout,
+            device=device, dtype=dtype,
         ))
     init_like_timm(net.layers)
     return Swin(net, image_size=task.image_size, in_chans=task.in_chans)

@@ -251,11 +251,13 @@ def build(
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
     drop_path_rate: float = 0.0,
+    dropout: float = 0.0,
 ) -> ViT:
     """The DeiT/ViT ``config`` describes, for ``task``'s images and classes.
 
     ``drop_path_rate`` is timm's stochastic depth (its linear schedule runs over the unique
-    layers); every dropout is 0.
+    layers); ``dropout`` is every dropout timm places (its ``drop_rate``, ``pos_drop_rate``,
+    ``proj_drop_rate`` and ``attn_drop_rate``), 0 as in DeiT.
     """
     check_patch_grid(config, task)
     d, pattern = config.d_model, config.sharing_pattern("encoder")
@@ -273,6 +275,10 @@ def build(
         num_heads=config.heads,
         mlp_ratio=config.d_ff / d,
         qkv_bias=True,
+        drop_rate=dropout,
+        pos_drop_rate=dropout,
+        proj_drop_rate=dropout,
+        attn_drop_rate=dropout,
         drop_path_rate=drop_path_rate,
         weight_init=timm_weight_init(device),
         attn_layer=attn_layer,
