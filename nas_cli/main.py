@@ -235,6 +235,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     note = notes.get(status["reference_source"])
     print(f"  hypervolume reference: {reference}" + (f" ({note})" if note else ""))
     print("  by status: " + ", ".join(f"{k} {v}" for k, v in sorted(status["statuses"].items())))
+    print("  training: " + _training_line(status["train"], status["train_searched"]))
     if status["owner"]:
         print(f"  running: pid {status['owner']['pid']} on {status['owner']['host']}")
     if status["tune_dir"]:
@@ -244,6 +245,22 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print(f"  best {o['name']} ({o['direction']}): {best}")
     _print_promotions(status)
     return 0
+
+
+def _training_line(train: dict[str, Any], searched: dict[str, Any]) -> str:
+    """The settings every trial starts from, then those searched per trial, on one line."""
+    fixed = [f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in train.items()]
+    drawn = []
+    for key, dist in searched.items():
+        if "choices" in dist:
+            drawn.append(f"{key} searched in {dist['choices']}")
+        else:
+            scale = ", log" if dist.get("log") else ""
+            drawn.append(f"{key} searched in [{dist['low']:g}, {dist['high']:g}{scale}]")
+    line = ", ".join(fixed + drawn)
+    if "dropout" not in train and "dropout" not in searched:
+        line += ", dropout the family's own"
+    return line
 
 
 def _print_promotions(status: dict[str, Any]) -> None:

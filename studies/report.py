@@ -13,6 +13,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from studies._trials import base_settings
 from studies.engine import LEASE_STALE_AFTER, counted_trials, load_existing
 from studies.keys import StudyKey, TrialKey
 from studies.lease import is_stale, read_owner
@@ -36,6 +37,10 @@ def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
     running it (``owner``, None when none is alive), Ray Tune's folder of its latest run, and
     its promotions (``nas promote``): for a promoted study its source (``promoted_from``) and
     rank agreement (``fidelity``), for a source the studies promoted from it (``promotions``).
+
+    ``train`` is the training settings every trial starts from (the task's defaults, the
+    study's ``train``, its epochs and seed), ``train_searched`` the distributions of those the
+    space searches per trial (each trial's own values are in its ``nas.train`` attribute).
 
     The hypervolume is taken against the study's fixed reference point (``reference``, by
     objective, raw units; ``reference_source`` says whether it was stored with the study or,
@@ -71,6 +76,8 @@ def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
         "hypervolume": normalized_hypervolume(values, directions, stored),
         "reference": dict(zip(names, map(float, reference), strict=True)),
         "reference_source": _reference_source(stored),
+        "train": {k: v for k, v in base_settings(run.spec).items() if k not in run.space.train},
+        "train_searched": {k: d.to_dict() for k, d in run.space.train.items()},
         "last_activity": last.isoformat() if last else None,
         "owner": owner.to_dict() if owner is not None else None,
         "tune_dir": study.user_attrs.get(StudyKey.TUNE_DIR),

@@ -153,6 +153,25 @@ def front(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"url": url}
 
 
+
+def test_status_shows_the_training_settings_the_trials_used(front, capsys) -> None:
+    """`nas status` gives the settings every trial starts from and the searched ones; each
+    trial's nas.train holds exactly those, with its own draw of the searched keys."""
+    assert nas_main(["status", "front", "--storage", front["url"], "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert set(status["train_searched"]) == {"lr"}  # the quickstart space searches lr
+    lr = status["train_searched"]["lr"]
+    assert {"epochs", "seed", "batch_size"} <= set(status["train"])
+    trials = [t for t in h.load(front["url"], "front") if "nas.train" in t.user_attrs]
+    assert trials
+    for t in trials:
+        used = t.user_attrs["nas.train"]
+        assert {k: used[k] for k in status["train"]} == status["train"]
+        assert lr["low"] <= used["lr"] <= lr["high"]
+    assert nas_main(["status", "front", "--storage", front["url"]]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "training:" in x)
+    assert f"epochs {status['train']['epochs']}" in line and "lr searched in [0.001" in line
+
 _PLAIN_OPTUNA = """
 import json, sys
 import optuna
