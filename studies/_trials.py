@@ -13,6 +13,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from nas.config import ArchConfig
 from nas.errors import NasError
 from nas.tasks import TaskGeometry
 from search_spaces import SearchSpace
@@ -20,7 +21,8 @@ from studies.keys import COUNTED_EXCLUDED, Status, TrialKey
 from studies.spec import StudySpec
 from studies.storage import session, set_trial_user_attrs
 
-__all__ = ["Evaluator", "StudyRun", "base_settings", "counted_trials", "mark_interrupted", "tell"]
+__all__ = ["Evaluator", "StudyRun", "base_settings", "counted_trials", "mark_interrupted",
+           "suggest", "tell"]
 
 #: A training function with the signature of ``studies.worker.evaluate_trial``.
 Evaluator = Callable[..., dict[str, Any]]
@@ -43,7 +45,15 @@ def base_settings(spec: StudySpec) -> dict[str, Any]:
     from trainers.loop import quick_defaults
 
     defaults = {k: v for k, v in quick_defaults(spec.task).items() if k != "epochs"}
-    return {**defaults, **spec.train, "epochs": spec.fidelity.epochs, "seed": spec.seed}
+    settings = {**defaults, **spec.train, "epochs": spec.fidelity.epochs, "seed": spec.seed}
+    return spec.smoke.train(settings) if spec.smoke else settings
+
+
+def suggest(spec: StudySpec, space: SearchSpace, trial: Any) -> tuple[ArchConfig, dict[str, Any]]:
+    """The architecture and training overrides ``space`` draws for ``trial``, shrunk to the
+    study's smoke scale when it has one (``studies.smoke``)."""
+    config, train = space.suggest(trial)
+    return (spec.smoke.shrink(config) if spec.smoke else config), train
 
 
 def counted_trials(trials: list[optuna.trial.FrozenTrial]) -> int:

@@ -40,12 +40,13 @@ from nas.errors import ConfigError, NasError, RunAborted
 from nas.loading import load_arch, unwritable_ancestor
 from nas.tasks import GEOMETRIES, TaskGeometry
 from search_spaces import SearchSpace, load_space
-from studies._trials import Evaluator, StudyRun, base_settings, counted_trials
+from studies._trials import Evaluator, StudyRun, base_settings, counted_trials, suggest
 from studies._tune import fit, tune_callbacks
 from studies.cluster import HeadWatch, check_ray_address, connect
 from studies.keys import Status, StudyKey, TrialKey
 from studies.lease import Lease, acquire, is_stale, read_owner
 from studies.samplers import make_sampler
+from studies.smoke import Smoke
 from studies.spec import StudySpec
 from studies.storage import open_storage, resolve_storage_url, session, set_trial_user_attrs
 
@@ -265,7 +266,7 @@ def check_space(spec: StudySpec, space: SearchSpace, geometry: TaskGeometry,
     for _ in range(samples):
         trial = study.ask()
         try:
-            config, overrides = space.suggest(trial)
+            config, overrides = suggest(spec, space, trial)
             TrainConfig.from_dict({**base, **overrides})
         except NasError as exc:
             raise ConfigError(f"Search space {space.name!r}: {exc}") from None
@@ -290,7 +291,7 @@ _LARGEST_CHOICES = 16
 
 
 def largest_cost(space: SearchSpace, geometry: TaskGeometry,
-                 key: Literal["params", "madds"]) -> int:
+                 key: Literal["params", "madds"], smoke: Smoke | None = None) -> int:
     """The largest ``key`` (params or MAdds) of an architecture of ``space`` on ``geometry``,
     found on the meta device by coordinate ascent: from every knob at its first value, each knob
     in turn takes the value (every choice, or a range's ends) that makes the model largest,
@@ -307,6 +308,7 @@ def largest_cost(space: SearchSpace, geometry: TaskGeometry,
 
     def size(params: dict[str, Any]) -> int:
         config, _ = space.suggest(FixedTrial({**params, **train}))
+        config = smoke.shrink(config) if smoke else config
         if config.arch_id not in costs:
             costs[config.arch_id] = int(getattr(estimate_cost(config, geometry), key))
         return costs[config.arch_id]
@@ -341,7 +343,7 @@ def study_reference(spec: StudySpec, space: SearchSpace, geometry: TaskGeometry,
             out.append(float(limit))
         elif name in ("params", "madds"):
             out.append(float(largest_cost(space, geometry, "params" if name == "params"
-                                          else "madds")))
+                                          else "madds", spec.smoke)))
         else:
             out.append(None)
     return out

@@ -35,7 +35,14 @@ from ray.tune.stopper import Stopper
 from nas.errors import NasError
 from nas.tasks import TaskGeometry
 from studies._progress import Progress
-from studies._trials import StudyRun, base_settings, counted_trials, mark_interrupted, tell
+from studies._trials import (
+    StudyRun,
+    base_settings,
+    counted_trials,
+    mark_interrupted,
+    suggest,
+    tell,
+)
 from studies.keys import COUNTED_EXCLUDED, Status, TrialKey
 from studies.spec import StudySpec
 from studies.storage import StorageError, session, set_trial_user_attrs, write_epoch
@@ -294,7 +301,7 @@ class StudySearcher(Searcher):
         with session(run.storage.url):
             trial = run.study.ask()
         try:
-            config, train_overrides = run.space.suggest(trial)
+            config, train_overrides = suggest(spec, run.space, trial)
             cost = self.costs.get(config.arch_id) or _estimate_cost(config, self.geometry)
         except NasError as exc:  # a space that lets an invalid config through: record, go on
             self._reject(trial, str(exc), {})

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from nas.errors import ConfigError
 from nas.loading import read_mapping
+from studies.smoke import Smoke, parse_smoke
 
 __all__ = [
     "OBJECTIVES",
@@ -50,7 +51,7 @@ OBJECTIVES: dict[str, Direction] = {
 _CONSTRAINTS = ("params_max", "madds_max", "latency_ms_max", "params_min", "madds_min")
 _KEYS = ("name", "task", "space", "objectives", "constraints", "sampler", "budget", "fidelity",
          "resources", "seed", "train", "enqueue", "description", "evaluator", "checkpoints",
-         "tune")
+         "tune", "smoke")
 # Bounds of the numbers in a study file (sizes are bounded by the architecture and task checks).
 _MAX_TRIALS = 1_000_000
 _MAX_MINUTES = 60 * 24 * 365.0
@@ -183,6 +184,7 @@ class StudySpec:
     evaluator: str | None = None
     checkpoints: str | None = None  # absolute directory: each trial's weights, when set
     tune: TuneOptions = TuneOptions()
+    smoke: Smoke | None = None  # the smoke scale (studies.smoke), None: the space as it is
 
     @property
     def directions(self) -> list[Direction]:
@@ -209,6 +211,7 @@ class StudySpec:
             **({"evaluator": self.evaluator} if self.evaluator else {}),
             **({"checkpoints": self.checkpoints} if self.checkpoints else {}),
             "tune": self.tune.to_dict(),
+            **({"smoke": self.smoke.to_dict()} if self.smoke else {}),
         }
 
     def checkpoint_dir(self, number: int) -> str | None:
@@ -327,7 +330,7 @@ class StudySpec:
             seed=_number(data.get("seed", 0), "seed", maximum=_MAX_SEED, integer=True),
             train=train,
             enqueue=tuple(enqueue), description=str(data.get("description") or ""),
-            evaluator=evaluator, checkpoints=checkpoints,
+            evaluator=evaluator, checkpoints=checkpoints, smoke=parse_smoke(data.get("smoke")),
         )
 
     @staticmethod
