@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from nas.errors import ConfigError
-from nas.sharing import MAX_PATTERN_LENGTH, canonical_pattern, format_pattern, parse_pattern
+from nas.knobs import FAMILY_NAMES, KNOBS, by_name
+from nas.sharing import canonical_pattern, format_pattern, parse_pattern
 
 __all__ = [
     "DROP_RATE",
@@ -32,7 +33,7 @@ __all__ = [
 Family = Literal["mcan", "ort", "lxmert", "vit", "swin"]
 AttentionSharing = Literal["none", "kv", "qk", "qv"]
 FAMILIES: tuple[str, ...] = get_args(Family)
-_SHARINGS: tuple[str, ...] = get_args(AttentionSharing)
+_SHARINGS: tuple[str, ...] = by_name("attention_sharing").choices  # AttentionSharing's
 #: Each family's dropout where a training run names none (``TrainConfig.dropout`` None): its
 #: paper's (MCAN, ORT and LXMERT train with 0.1), timm's for the vision families (DeiT and Swin
 #: use none).
@@ -46,55 +47,24 @@ _STACKS: dict[str, dict[str, str]] = {
     "vit": {"encoder": "encoder_layers"},
     "swin": {},
 }
-# Keys that only some families use; a family not listed must leave the key unset (None).
+# Keys that only some families use (``nas.knobs``): a family not listed must leave the key unset.
 _FAMILY_KEYS: dict[str, tuple[str, ...]] = {
-    "encoder_layers": ("mcan", "ort", "vit"),
-    "decoder_layers": ("mcan", "ort"),
-    "language_layers": ("lxmert",),
-    "vision_layers": ("lxmert",),
-    "cross_layers": ("lxmert",),
-    "depths": ("swin",),
-    "radix_base": ("ort",),
-    "patch_size": ("vit", "swin"),
-    "window_size": ("swin",),
+    k.name: k.families for k in KNOBS
+    if k.families != FAMILY_NAMES and k.name != "layer_sharing"  # swin refuses it with a reason
 }
 # Families whose networks contain cross-attention (``qv`` sharing cannot apply there).
 _HAS_CROSS_ATTENTION = ("mcan", "ort", "lxmert")
 
-# Upper limits of the size knobs, checked on construction, before anything is allocated: a typo
-# (`d_model: 51200000`, `encoder_layers: 10000000`) must be refused, not turned into a network
-# that fills memory. They are one source of truth: search spaces check every bound they can draw
-# against them. Generous: the widest stage of any paper-scale network here is 1536 (Swin-L's
-# last stage; LXMERT and DeiT-B are 768 wide) with 48 heads, and the deepest stack has 32 layers
-# (ViT-H); d_model 8192 with 128 layers per stack is five times and four times past that.
-LIMITS: dict[str, int] = {
-    "d_model": 8192,
-    "d_ff": 32768,  # 4 x d_model
-    "heads": 256,
-    "groups": 256,  # groups divides heads (swin: the width), so at most the heads' limit
-    "qk_multiplier": 16,  # the papers use 3
-    "encoder_layers": MAX_PATTERN_LENGTH,  # 128: each stack's executed depth
-    "decoder_layers": MAX_PATTERN_LENGTH,
-    "language_layers": MAX_PATTERN_LENGTH,
-    "vision_layers": MAX_PATTERN_LENGTH,
-    "cross_layers": MAX_PATTERN_LENGTH,
-    "depths": MAX_PATTERN_LENGTH,  # swin: blocks over all stages
-    "radix_base": 100_000,  # past every word vocabulary in use (COCO 10,001; VQA 20,572)
-    "patch_size": 128,  # ViTs use 4 to 32
-    "window_size": 64,  # Swin uses 7 to 24
-}
+#: Upper limits of the size knobs (``nas.knobs``), checked on construction, before anything is
+#: allocated; search spaces check every bound they can draw against them.
+LIMITS: dict[str, int] = {k.name: k.high for k in KNOBS if k.high is not None}
 #: swin: at most this many stages; stage i is ``d_model * 2**i`` wide, and the widest stage must
 #: still obey the d_model, d_ff and heads limits.
 MAX_STAGES = 8
 
-_INT_KEYS = (
-    "d_model", "d_ff", "heads", "encoder_layers", "decoder_layers", "language_layers",
-    "vision_layers", "cross_layers", "groups", "qk_multiplier", "radix_base", "patch_size",
-    "window_size",
-)
-_BOOL_KEYS = (
-    "group_attention", "group_ffn", "weight_sharing", "group_merge", "group_intermediate",
-)
+_INT_KEYS = tuple(k.name for k in KNOBS if k.kind == "int")
+_MINIMUM = {k.name: k.minimum for k in KNOBS if k.kind == "int"}
+_BOOL_KEYS = tuple(k.name for k in KNOBS if k.kind == "bool")
 _GROUP_FLAGS = ("group_attention", "group_ffn", "group_merge", "group_intermediate")
 
 LayerSharing = str | tuple[tuple[str, str], ...] | None
@@ -163,8 +133,8 @@ class ArchConfig:
                 continue
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"`{key}` must be an integer, but got {key}={value!r}.")
-            if value < 1:
-                raise ConfigError(f"`{key} >= 1` must hold, but got {key}={value}.")
+            if value < _MINIMUM[key]:
+                raise ConfigError(f"`{key} >= {_MINIMUM[key]}` must hold, but got {key}={value}.")
             if value > LIMITS[key]:
                 raise ConfigError(f"`{key} <= {LIMITS[key]}` must hold, but got {key}={value}.")
         for key in _BOOL_KEYS:
@@ -186,8 +156,6 @@ class ArchConfig:
             )
         if self.depths is not None:
             self._check_stages(self.depths)
-        if self.radix_base is not None and self.radix_base < 2:
-            raise ConfigError(f"`radix_base >= 2` must hold, but got radix_base={self.radix_base}.")
 
     def _check_stages(self, depths: tuple[int, ...]) -> None:
         if len(depths) > MAX_STAGES:

@@ -14,6 +14,7 @@ import functools
 import types
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from nas.knobs import KNOBS, by_name
 from search_spaces._distributions import Numeric, same_value
 
 __all__ = [
@@ -39,10 +40,12 @@ STACK_DEPTH_KEYS = {"encoder": "encoder_layers", "decoder": "decoder_layers",
                     "cross": "cross_layers"}
 GROUP_FLAGS = ("group_attention", "group_ffn", "group_merge", "group_intermediate")
 DERIVED = ("heads_per_group", "head_dim", "ffn_ratio")
-BOOL_KNOBS = (*GROUP_FLAGS, "weight_sharing")
-INT_KNOBS = (*DEPTH_KNOBS, "groups", "heads", "heads_per_group", "d_model", "head_dim", "d_ff",
-             "ffn_ratio", "qk_multiplier", "patch_size", "window_size")
-SHARINGS = ("none", "kv", "qk", "qv")
+# From the knob table: flags take choices of true/false, integers ranges or choices (radix_base
+# takes choices only: it may be null), attention sharing its schemes.
+BOOL_KNOBS = tuple(k.name for k in KNOBS if k.kind == "bool")
+INT_KNOBS = (*(k.name for k in KNOBS if k.kind == "int" and k.name != "radix_base"),
+             "heads_per_group", "head_dim", "ffn_ratio")
+SHARINGS = by_name("attention_sharing").choices
 
 #: The order of ``trial.suggest_*`` calls: depth first (layer-sharing schemes resolve against
 #: it), then groups before the widths they must divide, flags only once groups is known,

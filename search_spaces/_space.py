@@ -17,7 +17,7 @@ from typing import Any
 
 from optuna.trial import BaseTrial, FixedTrial
 
-from nas.config import ArchConfig, stack_depths
+from nas.config import DROP_RATE, ArchConfig, stack_depths
 from nas.errors import ConfigError
 from nas.presets import PRESETS, get_preset
 from search_spaces._checks import check_arch, depth_label, parse_arch, parse_train
@@ -244,8 +244,8 @@ class SearchSpace:
         """The trial parameters that make ``suggest`` rebuild ``config`` (same ``arch_id``).
 
         Conditional parameters that ``suggest`` would not ask for are left out. Searched
-        training keys missing from ``train`` take ``TrainConfig``'s default, moved into the
-        distribution if it lies outside.
+        training keys missing from ``train`` take ``TrainConfig``'s default (``dropout``: the
+        family's own, ``nas.config.DROP_RATE``), moved into the distribution if it lies outside.
 
         Raises:
             ConfigError: ``config`` (or ``train``) lies outside the space; the message names the
@@ -295,7 +295,7 @@ class SearchSpace:
         params.update(self._sharing_params(config))
         put("patch_size", config.patch_size)
         put("window_size", config.window_size)
-        params.update(self._train_params(train or {}))
+        params.update(self._train_params(train or {}, config.family))
         self._check_rebuilds(config, params)
         return params
 
@@ -316,7 +316,7 @@ class SearchSpace:
             out[key] = match
         return out
 
-    def _train_params(self, train: Mapping[str, Any]) -> dict[str, Any]:
+    def _train_params(self, train: Mapping[str, Any], family: str) -> dict[str, Any]:
         extra = [k for k in train if k not in self.train]
         if extra:
             raise ConfigError(f"train key {extra[0]!r} is not searched by space {self.name!r}; "
@@ -328,8 +328,11 @@ class SearchSpace:
                     raise ConfigError(f"train `{key}`={train[key]!r} is outside search space "
                                       f"{self.name!r}: {key} is {dist.describe()}.")
                 out[key] = train[key]
-            else:
-                out[key] = dist.nearest(train_fields()[key][1])
+            else:  # what the trainer would use: its default (dropout: the family's own)
+                default = train_fields()[key][1]
+                if key == "dropout" and default is None:
+                    default = DROP_RATE[family]
+                out[key] = dist.nearest(default)
         return out
 
     def _check_rebuilds(self, config: ArchConfig, params: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ import yaml
 
 from nas.config import DROP_RATE
 from nas.errors import NasError
+from nas.knobs import KNOBS, dense_values
 from nas.timm_registry import timm_model_args
 from studies.export._record import TrialRecord
 from studies.export.clients import OPENVQA_FEAT_SIZE, acort_max_seq_length
@@ -110,9 +111,7 @@ def _json(record: TrialRecord) -> str:
 
 
 # ----------------------------------------------------------------------------- hf-config
-_DENSE = {"groups": 1, "group_attention": False, "group_ffn": False, "weight_sharing": False,
-          "group_merge": False, "group_intermediate": False, "qk_multiplier": 1,
-          "attention_sharing": "none", "layer_sharing": None}
+_DENSE = dense_values()  # the knob table's plain-Transformer value of each design knob
 #: family -> (model_type, the class AutoModel* builds for our network, or None)
 _HF_CLASSES: dict[str, tuple[str, str | None]] = {
     "vit": ("vit", "ViTForImageClassification"),
@@ -281,12 +280,12 @@ def openvqa_config(record: TrialRecord) -> dict[str, Any]:
         # proc() asserts these; the values of configs/<dataset>/mcan_small.yml
         "LOSS_FUNC": "bce" if dataset == "vqa" else "ce", "LOSS_REDUCTION": "sum",
         "OPT": "Adam", "OPT_PARAMS": {"betas": "(0.9, 0.98)", "eps": "1e-9"},
-        # LW-Transformer's openvqa fork
-        "GROUP": a.groups, "SA_GROUP": grouped, "SGA_GROUP": grouped, "EXPAND": a.qk_multiplier,
-        # ours: what neither OpenVQA nor LW-Transformer can express
+        # LW-Transformer's openvqa fork (GROUP and EXPAND, with the knobs below)
+        "SA_GROUP": grouped, "SGA_GROUP": grouped,
+        # the design knobs under their names in the knob table (nas.knobs), GROUP and EXPAND
+        # as LW-Transformer's fork reads them, the others ours: what neither code base expresses
+        **{k.openvqa: getattr(a, k.name) for k in KNOBS if k.openvqa},
         "ENC_LAYER": a.encoder_layers, "DEC_LAYER": a.decoder_layers,
-        "G_MHA": a.group_attention, "G_FFN": a.group_ffn, "WEIGHT_SHARING": a.weight_sharing,
-        "G_LML": a.group_merge, "G_IL": a.group_intermediate, "ATT_SHARING": a.attention_sharing,
         "LAYER_SHARING": {"ENC": _pattern_text(record, "encoder"),
                           "DEC": _pattern_text(record, "decoder")},
         "NAS_ARCH_ID": a.arch_id,

@@ -1,0 +1,76 @@
+"""The knob table (nas/knobs.py) is the one declaration of each knob: the config, the search
+spaces, the exports and the README read it."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import get_args
+
+import pytest
+
+import nas.config as config
+from nas.config import ArchConfig
+from nas.errors import ConfigError
+from nas.knobs import FAMILY_NAMES, KNOBS, by_name, dense_values, markdown
+from nas.presets import family_defaults
+from search_spaces import _knobs as space_knobs
+
+README = Path(__file__).parents[1] / "README.md"
+
+
+def test_every_config_field_is_a_row_of_the_table_and_back() -> None:
+    fields = [f.name for f in dataclasses.fields(ArchConfig) if not f.name.startswith("_")]
+    assert fields == [k.name for k in KNOBS]
+
+
+def test_the_typed_literals_agree_with_the_table() -> None:
+    assert get_args(config.Family) == FAMILY_NAMES == by_name("family").choices
+    assert get_args(config.AttentionSharing) == by_name("attention_sharing").choices
+
+
+@pytest.mark.parametrize("knob", [k for k in KNOBS if k.kind == "int"], ids=lambda k: k.name)
+def test_each_integer_knob_is_bounded_by_its_row(knob) -> None:
+    family = knob.families[0]
+    base = {**family_defaults(family), "family": family}
+    if knob.name == "radix_base":
+        base["radix_base"] = 768
+    assert config.LIMITS[knob.name] == knob.high
+    for bad, rule in ((knob.high + 1, f"`{knob.name} <= {knob.high}`"),
+                      (knob.minimum - 1, f"`{knob.name} >= {knob.minimum}`")):
+        with pytest.raises(ConfigError) as info:
+            ArchConfig.from_dict({**base, knob.name: bad})
+        assert rule in str(info.value)
+
+
+@pytest.mark.parametrize("knob", [k for k in KNOBS if k.families != FAMILY_NAMES],
+                         ids=lambda k: k.name)
+def test_a_knob_is_refused_outside_its_families(knob) -> None:
+    outside = next(f for f in FAMILY_NAMES if f not in knob.families)
+    value = {"depths": [2, 2], "layer_sharing": "(0,1)"}.get(knob.name, 4)
+    with pytest.raises(ConfigError) as info:
+        ArchConfig.from_dict({**family_defaults(outside), "family": outside, knob.name: value})
+    assert knob.name in str(info.value) and outside in str(info.value)
+
+
+def test_the_search_spaces_take_their_knob_kinds_from_the_table() -> None:
+    assert set(space_knobs.BOOL_KNOBS) == {k.name for k in KNOBS if k.kind == "bool"}
+    assert {k.name for k in KNOBS if k.kind == "int"} - {"radix_base"} <= set(
+        space_knobs.INT_KNOBS)
+    assert by_name("attention_sharing").choices == space_knobs.SHARINGS
+
+
+def test_the_dense_values_build_the_plain_transformer() -> None:
+    dense = dense_values()
+    assert set(dense) == {"groups", "group_attention", "group_ffn", "weight_sharing",
+                          "group_merge", "group_intermediate", "qk_multiplier",
+                          "attention_sharing", "layer_sharing"}
+    plain = ArchConfig.from_dict({**family_defaults("mcan"), "family": "mcan", **dense})
+    assert plain == ArchConfig.from_dict({**family_defaults("mcan"), "family": "mcan"})
+
+
+def test_the_readme_lists_the_table() -> None:
+    text = README.read_text()
+    start = text.index("<!-- knobs: nas.knobs.markdown() -->\n") + len(
+        "<!-- knobs: nas.knobs.markdown() -->\n")
+    assert text[start:text.index("<!-- /knobs -->")] == markdown()
