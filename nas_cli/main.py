@@ -147,9 +147,22 @@ def _after_run(name: str, storage: str | None) -> None:
     from studies import resolve_storage_url
 
     _print_front(name, storage)
+    _warn_at_chance(name, storage)
     url = resolve_storage_url(storage)
     print(f"\nOpen the dashboard: {shlex.join(['nas', 'dashboard', '--storage', url])}")
     print(f"Export the front:   {export_hint(name, url)}")
+
+
+def _warn_at_chance(name: str, storage: str | None) -> None:
+    """Say so when no completed trial beat the task's chance level: such a front ranks nothing."""
+    from studies import study_status
+
+    status = study_status(name, storage)
+    best, chance = status["best"].get("accuracy"), status["reference"].get("accuracy")
+    if best is not None and chance is not None and best <= chance:
+        print(f"note: no trial beat chance accuracy ({_objective_value('accuracy', chance)} on "
+              f"{status['task']!r}), so this front ranks nothing: the proxy trains too little. "
+              "Raise fidelity.epochs (or smoke.steps) and run the study again.")
 
 
 def _space_label(space: Any) -> str:
