@@ -196,12 +196,15 @@ class ArchConfig:
         d, ff, h, k = self.d_model, self.d_ff, self.heads, self.groups
         if d % h:
             raise ConfigError(f"`d_model % heads == 0` must hold, but got d_model={d}, heads={h}.")
-        for name, value in (("d_model", d), ("d_ff", ff), ("heads", h)):
+        # swin (LW-Swin): the projections are grouped by channels, a head may span groups, so
+        # groups need not divide the heads; stage i is d * 2**i wide, so divisibility carries over.
+        checked = (("d_model", d), ("d_ff", ff)) + ((("heads", h),) if self.family != "swin"
+                                                   else ())
+        for name, value in checked:
             if value % k:
                 raise ConfigError(
                     f"`{name} % groups == 0` must hold, but got {name}={value}, groups={k}."
                 )
-        # swin: stage i has width d * 2**i and heads h * 2**i, so divisibility carries over.
 
     def _check_knobs(self) -> None:
         n, sharing = self.qk_multiplier, self.attention_sharing

@@ -5,6 +5,10 @@ task geometry is traced with ``torch.utils.flop_counter``: every matrix product,
 product and convolution is counted at the shapes it actually runs with, so shared layers count
 once per executed depth and group-wise layers at 1/k of the dense cost. One multiply-add is two
 FLOPs. Biases, norms, softmax, activations and residual adds are not counted (knobs.md).
+
+``madds_norms`` is reported beside: the elements normalised by LayerNorms in one forward pass,
+which some papers add to their MAdds as one each (the Swin code's ``flops()`` does, so Swin-T's
+published 4.5G and LW-Swin's 3.3G / 2.6G are ``madds + madds_norms``).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class Cost:
     params_matrix: int
     madds: int
     parts: dict[str, PartCost]
+    madds_norms: int = 0  # LayerNorm elements per sample: what Swin's own count adds to madds
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,12 +106,22 @@ if hasattr(torch.ops.aten, "mkldnn_rnn_layer"):
     _EXTRA_FLOPS[torch.ops.aten.mkldnn_rnn_layer] = _mkldnn_rnn_flops
 
 
-def trace_madds(model: FamilyModel, inputs: dict[str, torch.Tensor]) -> dict[str, int]:
-    """Multiply-adds per part of one forward pass on ``inputs`` (any device, ``meta`` too)."""
+def trace_madds(model: FamilyModel, inputs: dict[str, torch.Tensor],
+                norms: list[int] | None = None) -> dict[str, int]:
+    """Multiply-adds per part of one forward pass on ``inputs`` (any device, ``meta`` too).
+
+    ``norms``, when given, receives the number of elements each LayerNorm normalised."""
     root = type(model).__name__
     counter = FlopCounterMode(display=False, custom_mapping=_EXTRA_FLOPS)
-    with torch.no_grad(), counter:
-        model(**inputs)
+    hooks = [] if norms is None else [
+        m.register_forward_hook(lambda _m, args, _out: norms.append(args[0].numel()))
+        for m in model.modules() if isinstance(m, nn.LayerNorm)]
+    try:
+        with torch.no_grad(), counter:
+            model(**inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
     counts = counter.get_flop_counts()
     out = dict.fromkeys(model.PARTS, 0)
     for part, prefixes in model.PARTS.items():
@@ -128,7 +143,8 @@ def model_cost(
     params = count_params(model)
     was_training = model.training
     model.eval()
-    madds = trace_madds(model, model.example_inputs(batch))
+    norms: list[int] = []
+    madds = trace_madds(model, model.example_inputs(batch), norms)
     model.train(was_training)
     parts = {
         part: PartCost(params[part][0], params[part][1], madds[part] // batch)
@@ -142,6 +158,7 @@ def model_cost(
         params_matrix=sum(p.params_matrix for p in parts.values()),
         madds=sum(p.madds for p in parts.values()),
         parts=parts,
+        madds_norms=sum(norms) // batch,
     )
 
 

@@ -206,7 +206,8 @@ def _check_exclusive(arch: Mapping[str, Distribution]) -> None:
 
 
 def _check_widths(base: ArchConfig, arch: Mapping[str, Distribution]) -> None:
-    """Prove d_model, d_ff and heads divisible by groups, d_model by heads, for every draw."""
+    """Prove d_model, d_ff and heads divisible by groups (swin: the widths only), d_model by
+    heads, for every draw."""
     groups = _values(arch, "groups", base.groups)
     heads_src = _values(arch, "heads_per_group" if "heads_per_group" in arch else "heads",
                         base.heads)
@@ -238,7 +239,9 @@ def _check_widths(base: ArchConfig, arch: Mapping[str, Distribution]) -> None:
                     )
             for rule, ok, vals in (
                 ("d_model % heads == 0", d % h == 0, f"d_model={d}, heads={h}"),
-                ("heads % groups == 0", h % g == 0, f"heads={h}, groups={g}"),
+                # swin groups by channels (LW-Swin): a head may span groups
+                ("heads % groups == 0", h % g == 0 or base.family == "swin",
+                 f"heads={h}, groups={g}"),
                 ("d_model % groups == 0", d % g == 0, f"d_model={d}, groups={g}"),
                 ("d_ff % groups == 0", ff % g == 0, f"d_ff={ff}, groups={g}"),
             ):

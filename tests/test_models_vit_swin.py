@@ -78,18 +78,38 @@ def test_swin_tiny_madds() -> None:
     assert abs(estimate_cost(get_preset("swin-tiny")).madds - 4.49e9) <= 0.01 * 4.49e9
 
 
-def test_lw_swin_tiny_saves_what_ws_groups_remove() -> None:
-    """k = 3 with WS: W_Q, W_K, W_V and W2 shrink to one (c/3 x .) block per stage."""
-    dense, lw = estimate_cost(get_preset("swin-tiny")), estimate_cost(get_preset("lw-swin-tiny"))
-    params = madds = 0
+@pytest.mark.parametrize(("k", "params", "madds"), [(2, 20_740_450, 3_276_708_864),
+                                                     (4, 16_966_498, 2_669_779_968)])
+def test_lw_swin_groups_qkv_and_fc2_by_channels(k: int, params: int, madds: int) -> None:
+    """LW-Swin (knobs.md): qkv becomes k blocks c/k -> 3c/k and fc2 k blocks 4c/k -> c/k, no WS,
+    biases kept; W_O and fc1 stay dense. k = 4 works although Swin-T has 3 heads."""
+    dense = estimate_cost(get_preset("swin-tiny"))
+    lw = estimate_cost(get_preset("swin-tiny").replace(groups=k, group_attention=True,
+                                                        group_ffn=True))
+    saved_params = saved_madds = 0
     for i, depth in enumerate((2, 2, 6, 2)):
         c, tokens = 96 * 2**i, (56 // 2**i) ** 2  # 224 / 4 = 56 divides into 7 x 7 windows
         ff = 4 * c
-        qkv, w2 = 3 * (c * c - c * c // 9 + c - c // 3), ff * c - ff * c // 9 + c - c // 3
-        params += depth * (qkv + w2)
-        madds += depth * tokens * (3 * (c * c - c * c // 3) + ff * c - ff * c // 3)
-    assert lw.params == dense.params - params == 14_858_082
-    assert lw.madds == dense.madds - madds == 2_872_089_600
+        saved = 3 * c * c - 3 * c * c // k + ff * c - ff * c // k
+        saved_params += depth * saved
+        saved_madds += depth * tokens * saved
+    assert lw.params == dense.params - saved_params == params
+    assert lw.madds == dense.madds - saved_madds == madds
+
+
+def test_lw_swin_projections_are_block_diagonal_over_channels() -> None:
+    """Channel chunk g of q, k and v depends on input chunk g only; heads span groups (k = 4,
+    3 heads of width 8)."""
+    config = _reduced("swin-tiny").replace(groups=4, group_attention=True, group_ffn=True)
+    model = create_model(config, TINY)
+    attn = model.net.layers[0].blocks[0].attn
+    x = torch.randn(2, 5, 24)
+    poked = x.clone()
+    poked[..., :6] += 1.0  # input chunk 0 of 4
+    for proj in (attn.q, attn.k, attn.v):
+        changed = (proj(poked) - proj(x)).abs().amax(dim=(0, 1)) > 0
+        assert changed[:6].all() and not changed[6:].any()
+    assert model(**model.example_inputs(2)).shape == (2, TINY.num_outputs)
 
 
 # ---------------------------------------------------------------- numerical equivalence with timm

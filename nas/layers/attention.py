@@ -39,6 +39,9 @@ class Attention(nn.Module):
         sharing: ``none``; ``kv`` (V is the projected key); ``qk`` (K uses W_Q);
             ``qv`` (V is the projected query: self-attention only).
         qkv_bias: bias on Q/K/V projections.
+        heads_in_groups: each head lies inside one group (``num_heads % groups == 0``, the LW
+            papers' G-MHA). False groups the projections by channels only (LW-Swin): a head may
+            then span groups, and only the widths need to divide by ``groups``.
     """
 
     def __init__(
@@ -55,11 +58,12 @@ class Attention(nn.Module):
         proj_bias: bool = True,
         attn_drop: float = 0.0,
         proj_drop: float = 0.0,
+        heads_in_groups: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        if dim % num_heads or num_heads % groups:
+        if dim % num_heads or (heads_in_groups and num_heads % groups):
             raise ValueError(
                 f"`dim % num_heads == 0` and `num_heads % groups == 0` must hold, but got "
                 f"{dim=}, {num_heads=}, {groups=}."

@@ -51,7 +51,9 @@ class WindowAttention(Attention):
         dim: width of the stage.
         num_heads: heads of the stage.
         window_size: (Wh, Ww), the window after timm clamped it to the stage resolution.
-        groups, merge_groups, weight_sharing, qk_multiplier, sharing: as ``Attention``.
+        groups, merge_groups, weight_sharing, qk_multiplier, sharing: as ``Attention``; the
+            projections are grouped by channels (LW-Swin), so ``groups`` need not divide the
+            heads.
     """
 
     relative_position_index: torch.Tensor
@@ -76,7 +78,8 @@ class WindowAttention(Attention):
         super().__init__(
             dim, num_heads, groups=groups, merge_groups=merge_groups,
             weight_sharing=weight_sharing, qk_multiplier=qk_multiplier, sharing=sharing,
-            qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop, device=device,
+            qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop, heads_in_groups=False,
+            device=device,
             dtype=dtype,
         )
         win_h, win_w = window_size
