@@ -28,6 +28,8 @@ from dashboard.data import StudyInfo as _Info
 from dashboard.data import (
     fingerprint,
     list_studies,
+    load_curves,
+    load_promotion,
     load_study,
     load_trial,
     open_readonly,
@@ -197,8 +199,11 @@ def _register_pages(app: dash.Dash, reader: _Reader, refresh_ms: int) -> None:
             version = reader.version(info)
             view = reader.view(info.name, version)
             others = [n for n in study_names(reader.engine) if n != info.name]
+            promoted = bool(info.attrs.get(StudyKey.PROMOTED_FROM)
+                            or info.attrs.get(StudyKey.PROMOTIONS))
             return layout.study_page(info, view.data, version, others=others,
-                                     formats=_formats(_family(info)), refresh_ms=refresh_ms)
+                                     formats=_formats(_family(info)), refresh_ms=refresh_ms,
+                                     promoted=promoted)
         if parts[0] == "study" and len(parts) == 4 and parts[2] == "trial":
             if not re.fullmatch(r"\d+", parts[3]):
                 return layout.page_not_found(f"{parts[3]!r} is not a trial number.")
@@ -249,33 +254,33 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
         return layout.study_summary(v.data.info, v.counts, v.best, v.hypervolume,
                                     v.last_activity)
 
-    @app.callback(Output(layout.PARETO_2D, "figure"), store, Input(layout.PARETO_X, "value"),
-                  Input(layout.PARETO_Y, "value"))
-    @_guarded(figures.empty)
+    @app.callback(Output(layout.PARETO_2D, "figure"), Output(layout.FRONT_DRAWN, "data"), store,
+                  Input(layout.PARETO_X, "value"), Input(layout.PARETO_Y, "value"))
+    @_guarded(lambda message: (figures.empty(message), no_update))
     def pareto_2d(data: dict[str, Any], x: str, y: str) -> Any:
         v = view(data)
-        return figures.pareto_2d(v.data, x, y, v.front, labels=labels(v))
+        return (figures.pareto_2d(v.data, x, y, v.front, labels=labels(v)),
+                f"{data.get('version')}/{x}/{y}")
 
-    @app.callback(Output(layout.PARETO_3D, "figure"), store)
-    @_guarded(figures.empty)
-    def pareto_3d(data: dict[str, Any]) -> Any:
+    @app.callback(Output(layout.VIEW, "children"), Output(layout.EFFECT_CONTROLS, "style"),
+                  Input(layout.VIEWS, "value"), Input(layout.FRONT_DRAWN, "data"),
+                  Input(layout.EFFECT_KNOB, "value"), Input(layout.EFFECT_OBJECTIVE, "value"),
+                  State(layout.STUDY, "data"), State(layout.EFFECT_CONTROLS, "style"),
+                  prevent_initial_call=True)
+    @_guarded(lambda message: (message, no_update))
+    def show_view(tab: str, drawn: str | None, knob: str | None, objective: str | None,
+                  data: dict[str, Any], style: dict[str, Any] | None) -> Any:
+        # Called once the front is drawn (FRONT_DRAWN), then as tabs open: only the open view
+        # is computed and sent, so the heavy ones never delay the front.
+        if drawn is None:
+            return no_update, no_update
+        if ctx.triggered_id in (layout.EFFECT_KNOB, layout.EFFECT_OBJECTIVE) and \
+                tab != layout.EFFECT:
+            return no_update, no_update
+        controls = {**(style or {}), "display": "flex" if tab == layout.EFFECT else "none"}
         v = view(data)
-        return figures.pareto_3d(v.data, v.front, labels=labels(v))
-
-    @app.callback(Output(layout.HYPERVOLUME, "figure"), store)
-    @_guarded(figures.empty)
-    def hypervolume(data: dict[str, Any]) -> Any:
-        return figures.hypervolume_history(*view(data).curve)
-
-    @app.callback(Output(layout.PARCOORDS, "figure"), store)
-    @_guarded(figures.empty)
-    def parcoords(data: dict[str, Any]) -> Any:
-        return figures.parallel_coordinates(view(data).data)
-
-    @app.callback(Output(layout.IMPORTANCE, "figure"), store)
-    @_guarded(figures.empty)
-    def importance(data: dict[str, Any]) -> Any:
-        return figures.importance(view(data).importances)
+        return layout.view_box(tab, _view_figure(reader, v, tab, knob, objective),
+                               _VIEW_HEIGHTS.get(tab, 450)), controls
 
     @app.callback(Output(layout.TABLE, "columns"), Output(layout.EFFECT_KNOB, "options"),
                   Output(layout.EFFECT_KNOB, "value"), store, State(layout.TABLE, "columns"),
@@ -293,12 +298,6 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
         if columns == shown and chosen == knob:
             return no_update, no_update, no_update
         return columns, options, chosen
-
-    @app.callback(Output(layout.EFFECT, "figure"), store, Input(layout.EFFECT_KNOB, "value"),
-                  Input(layout.EFFECT_OBJECTIVE, "value"))
-    @_guarded(figures.empty)
-    def effect(data: dict[str, Any], knob: str, objective: str) -> Any:
-        return figures.knob_effect(view(data).data, knob, objective)
 
     @app.callback(Output(layout.COMPARE, "figure"), store, Input(layout.COMPARE_WITH, "value"),
                   Input(layout.PARETO_X, "value"), Input(layout.PARETO_Y, "value"))
@@ -322,8 +321,8 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
         return _records(shown, v.data.info.name, v.data.objectives), max(1, -(-len(rows) // size))
 
     @app.callback(Output(layout.URL, "pathname", allow_duplicate=True),
-                  Input(layout.PARETO_2D, "clickData"), Input(layout.PARETO_3D, "clickData"),
-                  Input(layout.HYPERVOLUME, "clickData"), Input(layout.EFFECT, "clickData"),
+                  Input(layout.PARETO_2D, "clickData"),
+                  Input({"type": layout.VIEW_GRAPH, "name": ALL}, "clickData"),
                   State(layout.STUDY, "data"), prevent_initial_call=True)
     def open_trial(*args: Any) -> Any:
         data = args[-1]
@@ -335,6 +334,58 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
         if number is None or not data:
             return no_update
         return layout.trial_href(data["name"], int(number))
+
+
+_VIEW_HEIGHTS = {layout.HYPERVOLUME: 340, layout.PARETO_3D: 560, layout.PARCOORDS: 460,
+                 layout.EFFECT: 420, layout.TIMELINE: 520, layout.CURVES: 480,
+                 layout.PROMOTION: 480}
+
+
+def _view_figure(reader: _Reader, v: StudyView, tab: str, knob: str | None,
+                 objective: str | None) -> Any:
+    """The figure of view ``tab`` (see ``layout.VIEW_TABS``)."""
+    data = v.data
+    if tab == layout.HYPERVOLUME:
+        return figures.hypervolume_history(*v.curve)
+    if tab == layout.PARETO_3D:
+        return figures.pareto_3d(data, v.front,
+                                 labels=v.memo("hover", lambda: figures.hover_labels(data)))
+    if tab == layout.PARCOORDS:
+        return figures.parallel_coordinates(data)
+    if tab == layout.IMPORTANCE:
+        return figures.importance(v.importances, trials=len(v.complete))
+    if tab == layout.EFFECT:
+        return figures.knob_effect(data, knob or "", objective or "")
+    if tab == layout.TIMELINE:
+        return figures.timeline(data)
+    if tab == layout.CURVES:
+        return figures.learning_curves(v.memo("curves", lambda: load_curves(reader.engine,
+                                                                            data.info)), data)
+    if tab == layout.PROMOTION:
+        return _promotion_figure(reader, v)
+    return figures.empty(f"No view {tab!r}.")
+
+
+def _promotion_figure(reader: _Reader, v: StudyView) -> Any:
+    """A promoted study's pairs; for a source study, those of its latest promotion."""
+    from studies.promote import rank_agreement
+
+    info = v.data.info
+    if not info.attrs.get(StudyKey.PROMOTED_FROM):
+        promotions = info.attrs.get(StudyKey.PROMOTIONS) or []
+        if not promotions:
+            return figures.empty("This study has not been promoted (nas promote).")
+        v = reader.view(promotions[-1])
+        info = v.data.info
+    links = v.memo("promotion", lambda: load_promotion(reader.engine, info))
+    metric = "accuracy" if "accuracy" in v.data.objectives else v.data.objectives[0]
+    complete = v.complete.set_index("number")[metric]
+    pairs = links[links.number.isin(complete.index)].assign(
+        promoted=lambda df: complete.reindex(df.number).to_numpy())
+    tau, _ = rank_agreement(list(pairs.proxy), list(pairs.promoted))
+    fidelity = info.attrs.get(StudyKey.FIDELITY) or {}
+    return figures.promotion_scatter(pairs, tau=tau, metric=metric, epochs=(
+        fidelity.get("proxy_epochs", "?"), fidelity.get("epochs", "?")))
 
 
 def _records(rows: pd.DataFrame, name: str, objectives: tuple[str, ...]) -> list[dict[str, Any]]:

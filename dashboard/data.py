@@ -43,6 +43,8 @@ __all__ = [
     "StudyInfo",
     "fingerprint",
     "list_studies",
+    "load_curves",
+    "load_promotion",
     "load_study",
     "load_trial",
     "open_readonly",
@@ -391,6 +393,39 @@ def load_study(engine: Engine, info: StudyInfo, version: str = "") -> StudyData:
     columns = [*FIXED_COLUMNS, *info.objectives, *knobs]
     return StudyData(info, df[["trial_id", *columns]], knobs,
                      {c: dists[p] for c, p in knobs.items()}, version)
+
+
+def load_curves(engine: Engine, info: StudyInfo) -> pd.DataFrame:
+    """Every trial's learning curve: its intermediate values (the metric reported after each
+    epoch), as rows (number, step, value) ordered by trial and step."""
+    t, i = sql.trials, sql.trial_intermediate
+    with sql.reading(engine) as conn:
+        df = sql.frame(conn, sa.select(t.c.number, i.c.step, i.c.intermediate_value,
+                                       i.c.intermediate_value_type)
+                       .join(i, i.c.trial_id == t.c.trial_id)
+                       .where(t.c.study_id == info.study_id),
+                       ["number", "step", "value", "type"])
+    df["value"] = sql.with_infinities(df.value, df.type)
+    return df.drop(columns="type").sort_values(["number", "step"], kind="stable").reset_index(
+        drop=True)
+
+
+def load_promotion(engine: Engine, info: StudyInfo) -> pd.DataFrame:
+    """A promoted study's links to its source (``nas promote``): rows number (the promoted
+    trial), source_trial and proxy (its accuracy in the source study)."""
+    t, a = sql.trials, sql.trial_attrs
+    keys = (TrialKey.SOURCE_TRIAL, TrialKey.SOURCE_VALUE)
+    with sql.reading(engine) as conn:
+        df = sql.frame(conn, sa.select(t.c.number, a.c.key, a.c.value_json)
+                       .join(a, a.c.trial_id == t.c.trial_id)
+                       .where(t.c.study_id == info.study_id, a.c.key.in_(keys)),
+                       ["number", "key", "value"])
+    wide = df.assign(value=[sql.loads(v) for v in df.value]).pivot_table(
+        index="number", columns="key", values="value", aggfunc="first")
+    wide = wide.reindex(columns=list(keys)).dropna()
+    return pd.DataFrame({"number": wide.index.to_numpy(dtype=int),
+                         "source_trial": wide[keys[0]].to_numpy(dtype=int),
+                         "proxy": wide[keys[1]].to_numpy(dtype=float)})
 
 
 # ----------------------------------------------------------------------------- one trial

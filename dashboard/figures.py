@@ -35,10 +35,13 @@ __all__ = [
     "hypervolume_history",
     "importance",
     "knob_effect",
+    "learning_curves",
     "parallel_coordinates",
     "pareto_2d",
     "pareto_3d",
+    "promotion_scatter",
     "text",
+    "timeline",
     "warm_up",
 ]
 
@@ -47,6 +50,13 @@ WEBGL_FROM = 2000
 COLORS = {"front": "#1f77b4", "dominated": "rgba(127,127,127,0.3)", "rejected": "#d62728",
           "other": "#ff7f0e"}
 _DOMINATED_3D = "#7f7f7f"  # COLORS["dominated"] without its transparency
+#: One colour per trial status (the words of ``studies.keys.Status``, and running).
+STATUS_COLORS = {Status.COMPLETED: "#1f77b4", Status.REUSED: "#17becf",
+                 Status.STOPPED: "#9467bd", Status.FAILED: "#ff7f0e",
+                 Status.REJECTED: "#d62728", Status.INTERRUPTED: "#8c564b",
+                 "running": "#2ca02c"}
+#: Below this many completed trials, parameter importance is unreliable (and says so).
+IMPORTANCE_MIN_TRIALS = 30
 _GRID = "#EBF0F8"
 _AXIS = {"gridcolor": _GRID, "linecolor": _GRID, "zerolinecolor": _GRID, "automargin": True}
 _SCENE_AXIS = {"backgroundcolor": "white", "gridcolor": "#DFE8F3", "showbackground": True,
@@ -275,8 +285,8 @@ def pareto_3d(data: StudyData, front: np.ndarray, *,
 
 
 def hypervolume_history(numbers: Sequence[int], volumes: Sequence[float]) -> go.Figure:
-    """Hypervolume of the completed trials so far (objectives scaled to [0, 1], reference point
-    1.1, as ``nas status``) against the trial number."""
+    """Hypervolume of the completed trials so far (against the study's fixed reference point,
+    in [0, 1], as ``nas status``) against the trial number."""
     if not len(numbers):
         return empty("No completed trials yet.")
     fig = _figure(xaxis_title="trial", yaxis_title="hypervolume", showlegend=False)
@@ -336,14 +346,22 @@ def parallel_coordinates(data: StudyData) -> go.Figure:
     return fig
 
 
-def importance(scores: Mapping[str, Mapping[str, float]]) -> go.Figure:
-    """Each knob's importance for each objective, as grouped horizontal bars."""
+def importance(scores: Mapping[str, Mapping[str, float]],
+               trials: int | None = None) -> go.Figure:
+    """Each knob's importance for each objective, as grouped horizontal bars. ``trials``: the
+    completed trials it was computed on; below :data:`IMPORTANCE_MIN_TRIALS` the figure says
+    that the ranking is unreliable."""
     knobs = sorted({k for s in scores.values() for k in s},
                    key=lambda k: max(s.get(k, 0.0) for s in scores.values()))
     if not knobs:
         return empty("No knobs to rank yet.")
     fig = _figure(xaxis_title="share of the objective's variance explained (omega squared)",
                   barmode="group", height=max(300, 40 * len(knobs) * max(1, len(scores)) // 2))
+    if trials is not None and trials < IMPORTANCE_MIN_TRIALS:
+        fig.update_layout(title={"text": f"Unreliable: only {trials} completed trials (about "
+                                         f"{IMPORTANCE_MIN_TRIALS} are needed to rank knobs)",
+                                 "font": {"color": COLORS["rejected"], "size": 14}},
+                          margin={"t": 60})
     for objective, values in scores.items():
         fig.add_trace(go.Bar(y=[text(header(k)) for k in knobs],
                              x=[values.get(k, 0.0) for k in knobs],
@@ -457,6 +475,92 @@ def epoch_curves(epochs: Sequence[Mapping[str, Any]],
                                  name="intermediate value", mode="lines+markers"))
     fig.update_layout(**{**_LAYOUT, "template": _TEMPLATE, "xaxis_title": "epoch",
                          "height": 320})
+    return fig
+
+
+def timeline(data: StudyData, now: Any = None) -> go.Figure:
+    """Each trial as a bar from its start to its end (a running trial's to ``now``), one colour
+    per status: when the workers were busy, idle or stuck, and which trials took long."""
+    df = data.trials[data.trials.started.notna()]
+    if df.empty:
+        return empty("No trial has started yet.")
+    now = pd.Timestamp.now() if now is None else pd.Timestamp(now)
+    end = df.completed.where(df.completed.notna(), max(now, df.started.max()))
+    fig = _figure(xaxis_title="time", yaxis_title="trial", barmode="overlay",
+                  xaxis_type="date", uirevision="timeline")
+    statuses = df.status.astype(str)
+    for status in [s for s in STATUS_COLORS if (statuses == s).any()] + sorted(
+            set(statuses) - set(STATUS_COLORS)):
+        rows = df[statuses == status]
+        seconds = (end[rows.index] - rows.started).dt.total_seconds()
+        fig.add_trace(go.Bar(
+            base=rows.started.dt.strftime("%Y-%m-%d %H:%M:%S.%f").to_numpy(),
+            x=(seconds * 1000).to_numpy(), y=rows.number.to_numpy(), orientation="h",
+            name=text(f"{status} ({len(rows)})"),
+            marker={"color": STATUS_COLORS.get(status, COLORS["other"])},
+            customdata=_numbers(rows.number),
+            hovertemplate="trial %{customdata}: " + text(status)
+                          + "<br>%{base} for %{x:,.0f} ms<extra></extra>"))
+    return fig
+
+
+def learning_curves(curves: pd.DataFrame, data: StudyData) -> go.Figure:
+    """Every trial's metric after each epoch (``curves``: rows number, step, value, as
+    ``dashboard.data.load_curves``), one trace per status: completed trials in colour, trials
+    stopped early dashed (where early stopping cut them off is visible), the rest faded."""
+    if curves.empty:
+        return empty("No trial has reported an epoch yet.")
+    status = data.trials.set_index("number").status.astype(str)
+    metric = data.objectives[0] if data.objectives else "metric"
+    fig = _figure(xaxis_title="epoch", yaxis_title=text(metric), uirevision="curves")
+    curves = curves.assign(status=status.reindex(curves.number).to_numpy())
+    styles = {Status.COMPLETED: {"color": COLORS["front"], "width": 1.5},
+              Status.STOPPED: {"color": STATUS_COLORS[Status.STOPPED], "width": 1,
+                               "dash": "dot"}}
+    for name, rows in curves.groupby("status", sort=False):
+        # One trace per status: the trials' curves joined by gaps (NaN) between trials.
+        gaps = rows.number.to_numpy()[1:] != rows.number.to_numpy()[:-1]
+        breaks = np.flatnonzero(gaps) + 1
+        x = np.insert(rows.step.to_numpy(dtype=float), breaks, np.nan)
+        y = np.insert(rows.value.to_numpy(dtype=float), breaks, np.nan)
+        numbers = np.insert(rows.number.to_numpy(dtype=float), breaks, np.nan)
+        scatter = go.Scattergl if len(rows) >= WEBGL_FROM else go.Scatter
+        line = styles.get(str(name), {"color": STATUS_COLORS.get(str(name), COLORS["other"]),
+                                      "width": 1})
+        fig.add_trace(scatter(x=x, y=y, mode="lines+markers", connectgaps=False,
+                              name=text(f"{name} ({rows.number.nunique()})"), line=line,
+                              marker={"size": 4 if name == Status.COMPLETED else 6,
+                                      "color": line["color"]},
+                              opacity=1.0 if name == Status.COMPLETED else 0.7,
+                              customdata=numbers,
+                              hovertemplate="trial %{customdata}<br>epoch %{x}: %{y:.4g}"
+                                            "<extra></extra>"))
+    return fig
+
+
+def promotion_scatter(pairs: pd.DataFrame, *, tau: float | None, epochs: tuple[Any, Any],
+                      metric: str = "accuracy") -> go.Figure:
+    """Each promoted trial's proxy accuracy (x, the source study's) against its accuracy after
+    promotion (y), with the diagonal y = x: points in the same order along both axes mean the
+    proxy ranks architectures as longer training does. ``pairs``: rows source_trial, proxy,
+    promoted, number (the promoted trial); ``tau``: Kendall's tau of the pairs."""
+    if pairs.empty:
+        return empty("No promoted trial has finished yet.")
+    proxy_epochs, epochs_after = epochs
+    title = (f"Kendall tau {tau:+.2f} over {len(pairs)} pairs" if tau is not None and
+             math.isfinite(tau) else f"{len(pairs)} pairs (too few for a rank correlation)")
+    fig = _figure(title=title, xaxis_title=text(f"proxy {metric} ({proxy_epochs} epochs)"),
+                  yaxis_title=text(f"promoted {metric} ({epochs_after} epochs)"),
+                  showlegend=False)
+    low = float(min(pairs.proxy.min(), pairs.promoted.min()))
+    high = float(max(pairs.proxy.max(), pairs.promoted.max()))
+    fig.add_trace(go.Scatter(x=[low, high], y=[low, high], mode="lines", name="y = x",
+                             line={"color": "#999", "dash": "dash"}, hoverinfo="skip"))
+    fig.add_trace(go.Scatter(
+        x=pairs.proxy, y=pairs.promoted, mode="markers+text", name="promoted trials",
+        text=[f"#{int(n)}" for n in pairs.source_trial], textposition="top center",
+        marker={"color": COLORS["front"], "size": 9}, customdata=_numbers(pairs.number),
+        hovertemplate="source trial %{text}: %{x:.4f} -> %{y:.4f}<extra></extra>"))
     return fig
 
 

@@ -19,6 +19,7 @@ from dashboard.formatting import header, kind_of, number
 from studies.keys import Status, TrialKey
 
 __all__ = [
+    "VIEW_TABS",
     "by_status",
     "default_knob",
     "fmt",
@@ -34,6 +35,8 @@ __all__ = [
     "trial_body",
     "trial_href",
     "trial_page",
+    "view_box",
+    "view_tabs",
 ]
 
 # Component ids.
@@ -45,6 +48,10 @@ PARETO_FORMAT, PARETO_BUTTON, PARETO_DOWNLOAD, PARETO_MESSAGE = (
     "pareto-format", "pareto-button", "pareto-download", "pareto-message")
 HYPERVOLUME, PARCOORDS, IMPORTANCE = "hypervolume", "parcoords", "importance"
 EFFECT_KNOB, EFFECT_OBJECTIVE, EFFECT = "effect-knob", "effect-objective", "effect"
+TIMELINE, CURVES, PROMOTION = "timeline", "curves", "promotion"
+# The views below the front: a tab each, drawn only when opened and after the front.
+VIEWS, VIEW, VIEW_GRAPH, EFFECT_CONTROLS, FRONT_DRAWN = (
+    "views", "view", "view-graph", "effect-controls", "front-drawn")
 TABLE, CSV_BUTTON, CSV_DOWNLOAD = "trial-table", "csv-button", "csv-download"
 COMPARE_WITH, COMPARE = "compare-with", "compare"
 TRIAL, TRIAL_TICK, TRIAL_BODY = "trial", "trial-tick", "trial-body"
@@ -143,9 +150,44 @@ def _graph(id_: str, height: int = 450) -> dcc.Loading:
                                  config={"displaylogo": False}), type="circle")
 
 
+#: (tab value and the id of the view's box, label, what it shows), in tab order.
+VIEW_TABS: tuple[tuple[str, str, str], ...] = (
+    (HYPERVOLUME, "Hypervolume", "Hypervolume of the completed trials so far, against the "
+     "study's fixed reference point (as nas status)."),
+    (PARETO_3D, "3-D front", "Accuracy, params and MAdds together; drag to turn it."),
+    (PARCOORDS, "Parallel coordinates", "Every completed trial across its knobs and objectives; "
+     "drag along an axis to select a range."),
+    (IMPORTANCE, "Importance", "The share of each objective's variance (of its ranks) a knob "
+     "explains on its own over the completed trials (omega squared of a one-way ANOVA)."),
+    (EFFECT, "Knob effect", "One objective against one knob over the completed trials."),
+    (TIMELINE, "Timeline", "Each trial from its start to its end, coloured by status."),
+    (CURVES, "Learning curves", "Every trial's metric after each epoch; trials stopped early "
+     "dotted."),
+    (PROMOTION, "Proxy vs promoted", "Each promoted trial's proxy accuracy against its accuracy "
+     "after longer training (nas promote), with the diagonal."),
+)
+
+
+def view_tabs(promoted: bool) -> list[dcc.Tab]:
+    """The tabs of the views; the promotion tab only for a study with promotions."""
+    return [dcc.Tab(label=label, value=value) for value, label, _ in VIEW_TABS
+            if value != PROMOTION or promoted]
+
+
+def view_box(value: str, figure: Any, height: int = 450) -> html.Div:
+    """One view: its explanation and its graph (clicking a point opens the trial)."""
+    note = next(n for v, _, n in VIEW_TABS if v == value)
+    return html.Div(id=value, children=[
+        html.P(note, style={"color": "#666"}),
+        dcc.Graph(id={"type": VIEW_GRAPH, "name": value}, figure=figure,
+                  style={"height": f"{height}px"}, config={"displaylogo": False})])
+
+
 def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequence[str],
-               formats: Sequence[str], refresh_ms: int) -> list[Any]:
-    """The study page's skeleton; its callbacks fill every figure and the table."""
+               formats: Sequence[str], refresh_ms: int, promoted: bool = False) -> list[Any]:
+    """The study page's skeleton; its callbacks fill every figure and the table. The summary
+    and the 2-D front come first; the other views are tabs, drawn when opened and only after
+    the front (``FRONT_DRAWN``)."""
     objectives = list(info.objectives)
     x = "params" if "params" in objectives else objectives[-1] if objectives else None
     y = next((o for o in objectives if o != x), x)
@@ -163,8 +205,7 @@ def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequen
                                               clearable=False, style={"width": "200px"}),
                 html.Span("Click a point to open its trial.", style={"color": "#666"}),
             ]),
-            html.Div(style={"display": "grid", "gridTemplateColumns": "1fr 1fr"}, children=[
-                _graph(PARETO_2D, 520), _graph(PARETO_3D, 520)]),
+            _graph(PARETO_2D, 520), dcc.Store(id=FRONT_DRAWN),
             html.Div(style=_ROW, children=[
                 html.Span("Download the Pareto set as"),
                 dcc.Dropdown(_options(formats), formats[0] if formats else None,
@@ -176,17 +217,11 @@ def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequen
                           "(exports need a study made by nas: this one has no search space)"),
             ]),
         ]),
-        html.Section(style=_SECTION, children=[html.H3("Hypervolume over trials"),
-                                               _graph(HYPERVOLUME, 320)]),
         html.Section(style=_SECTION, children=[
-            html.H3("Knobs"), _graph(PARCOORDS, 420),
-            html.H4("Parameter importance for each objective"),
-            html.P("The share of each objective's variance (of its ranks) a knob explains on "
-                   "its own over the completed trials (omega squared of a one-way ANOVA).",
-                   style={"color": "#666"}),
-            _graph(IMPORTANCE, 420),
-            html.H4("Effect of a knob"),
-            html.Div(style=_ROW, children=[
+            html.H3("More views"),
+            dcc.Tabs(id=VIEWS, value=HYPERVOLUME, children=view_tabs(promoted)),
+            html.Div(id=EFFECT_CONTROLS, style={**_ROW, "display": "none",
+                                                "marginTop": "8px"}, children=[
                 dcc.Dropdown(_options(objectives), objectives[0] if objectives else None,
                              id=EFFECT_OBJECTIVE, clearable=False, style={"width": "200px"}),
                 html.Span("against"),
@@ -194,7 +229,7 @@ def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequen
                              clearable=False,
                              style={"width": "240px"}),
             ]),
-            _graph(EFFECT, 380),
+            dcc.Loading(html.Div(id=VIEW, style={"minHeight": "320px"}), type="circle"),
         ]),
         html.Section(style=_SECTION, children=[
             html.H3("Trials"),

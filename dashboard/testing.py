@@ -2,7 +2,9 @@
 
 ``first_render(client, app, pathname)`` sends what Dash's front end sends when it opens
 ``pathname``: the page route, then every callback whose inputs the new page holds (unless it
-prevents its initial call), with the inputs' initial values taken from the route's answer.
+prevents its initial call), with the inputs' initial values taken from the route's answer,
+then the callbacks that those answers trigger (one step of chaining: the study page's views,
+which wait for the front).
 """
 
 from __future__ import annotations
@@ -95,4 +97,17 @@ def first_render(client: Any, app: dash.Dash, pathname: str) -> list[CallbackRes
         values = {f"{i['id']}.{i['property']}": props[i["id"]].get(i["property"])
                   for i in [*spec["inputs"], *spec["state"]] if i["id"] in props}
         results.append(post_callback(client, callback_body(app, key, values)))
+    changed = {f"{id_}.{prop}": value for r in results[1:] if r.response
+               for id_, out in r.response.get("response", {}).items() if isinstance(id_, str)
+               for prop, value in out.items()}
+    for key, spec in app.callback_map.items():
+        inputs = [f"{i['id']}.{i['property']}" for i in spec["inputs"]]
+        if not initial.get(key) or not any(i in changed for i in inputs) or not all(
+                isinstance(i["id"], str) and i["id"] in props for i in spec["inputs"]):
+            continue
+        values = {f"{i['id']}.{i['property']}": props[i["id"]].get(i["property"])
+                  for i in [*spec["inputs"], *spec["state"]] if i["id"] in props}
+        trigger = next(i for i in inputs if i in changed)
+        results.append(post_callback(client, callback_body(app, key, {**values, **changed},
+                                                           changed=trigger)))
     return results

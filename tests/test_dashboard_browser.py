@@ -141,6 +141,15 @@ def _study_path(name: str) -> str:
     return "/study/" + urllib.parse.quote(name, safe="")
 
 
+def _open_view(browser: Any, label: str) -> None:
+    """Click the tab of one of the views below the front."""
+    tab = _wait(lambda: browser.find_element(
+        By.XPATH, f"//div[contains(@class, 'tab') and normalize-space()='{label}']"),
+        f"the {label!r} tab")
+    browser.execute_script("arguments[0].scrollIntoView()", tab)
+    tab.click()
+
+
 # The traces as plotly.js holds them once drawn (``_fullData``: typed arrays decoded).
 _TRACES = """
 const gd = document.querySelector('#pareto-2d .js-plotly-plot');
@@ -184,6 +193,7 @@ def test_study_page_front_click_and_download(browser: Any, server: str, study_ur
                       "rejected by a constraint": len(rejected)}
     assert set(traces[1]["trials"]) == front
     _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "#trial-table td"), "the trial table")
+    _open_view(browser, "Importance")
     _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "#importance .bars .point"),
           "the importance chart", timeout=20)
 
@@ -323,6 +333,7 @@ def test_study_opened_before_its_first_trial_gets_knobs(browser: Any, server: st
     _wait(lambda: {"width", "mixer"} <= headers(), "the knob columns", timeout=20)
     _wait(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#trial-table td")) > 0,
           "the trial rows")
+    _open_view(browser, "Knob effect")
     knob = _wait(lambda: browser.find_element(By.CSS_SELECTOR, "#effect-knob").text,
                  "the knob drop-down to get a value", timeout=20)
     assert knob in ("width", "mixer")
@@ -392,6 +403,7 @@ def test_3d_front_shows_dominated_trials_and_readable_titles(browser: Any, serve
             user_attrs={**template.user_attrs, "nas.status": "completed"}))
     browser.get(server + _study_path(NAME))
     two = _wait(lambda: browser.execute_script(_FIGURE, "#pareto-2d"), "the 2-D front")
+    _open_view(browser, "3-D front")
     three = _wait(lambda: browser.execute_script(_FIGURE, "#pareto-3d"), "the 3-D front")
     _shot(browser, "07-3d-front.png")
     assert not _cut_in_scene(browser), "a label of the 3-D scene runs off its edge"
@@ -447,3 +459,45 @@ def test_numbers_and_headers_read_one_way(browser: Any, server: str, study_url: 
     summary = browser.find_element(By.ID, "summary-table").text
     assert re.search(r"params \d{1,3}(\.\d+)?[kMG]", summary), summary
     assert re.search(r"accuracy 0\.\d{4}\b", summary), summary
+
+
+_HEAVY = ("#pareto-3d", "#parcoords", "#importance", "#effect", "#timeline", "#curves")
+
+
+def test_the_front_draws_first_and_each_view_when_opened(browser: Any, server: str,
+                                                         study_url: str) -> None:
+    """The 2-D front and the summary need nothing else; the other views are tabs, none of
+    whose figures is in the page until it is opened (the hypervolume, light, is open first)."""
+    study = optuna.load_study(study_name=NAME, storage=study_url)
+    completed = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    browser.get(server + _study_path(NAME))
+    _wait(lambda: browser.execute_script(_TRACES), "the Pareto graph")
+    _wait(lambda: browser.find_element(By.ID, "summary-table").text, "the summary")
+    _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "#hypervolume .js-plotly-plot"),
+          "the hypervolume view")
+    assert not [s for s in _HEAVY if browser.find_elements(By.CSS_SELECTOR, s)]
+    seen = {}
+    for label, box, drawn in (
+            ("3-D front", "#pareto-3d", ".gl-container"),
+            ("Parallel coordinates", "#parcoords", ".parcoords"),
+            ("Importance", "#importance", ".bars .point"),
+            ("Timeline", "#timeline", ".bars .point"),
+            ("Learning curves", "#curves", ".scatterlayer .trace")):
+        _open_view(browser, label)
+        _wait(lambda box=box, drawn=drawn: browser.find_elements(By.CSS_SELECTOR,
+                                                                 f"{box} {drawn}"),
+              f"the {label} view")
+        others = [s for s in _HEAVY if s != box and browser.find_elements(By.CSS_SELECTOR, s)]
+        assert not others, (label, others)  # one view in the page at a time
+        if label in ("Timeline", "Learning curves"):
+            seen[label] = browser.execute_script(_FIGURE, box)
+        if label == "Importance":  # over so few trials it says it is unreliable, on the figure
+            title = browser.find_element(By.CSS_SELECTOR, "#importance .gtitle").text
+            assert f"only {len(completed)} completed trials" in title
+    # The timeline has a bar per started trial; the curves show the stopped trials too.
+    assert sum(t["n"] for t in seen["Timeline"]["traces"]) == sum(
+        t.datetime_start is not None for t in study.trials)
+    names = {t["name"].split(" (")[0] for t in seen["Learning curves"]["traces"]}
+    assert {"completed", "stopped"} <= names
+    _shot(browser, "08-views.png", height=2200)
+    browser.set_window_size(1400, 1000)

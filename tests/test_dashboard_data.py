@@ -72,7 +72,7 @@ from dashboard.figures import (
 from dashboard.formatting import count, header
 from dashboard.formatting import number as format_number
 from dashboard.layout import study_href, trial_body, trial_href
-from dashboard.testing import callback_body, first_render, post_callback
+from dashboard.testing import callback_body, components, first_render, post_callback
 from nas.config import ArchConfig
 from nas.errors import NasError
 from nas_cli.dashboard_cmd import register
@@ -477,10 +477,17 @@ def test_study_page_first_render(app: Any, study: EngineStudy) -> None:
     client = app.server.test_client()
     results = first_render(client, app, study_href(study.name))
     assert [r.status for r in results] == [200] * len(results)
-    rendered = {r.output.split(".")[0] for r in results}
-    assert {"page", "study-summary", "pareto-2d", "pareto-3d", "hypervolume", "parcoords",
-            "importance", "effect", "compare"} <= rendered
-    pareto = next(r for r in results if r.output == "pareto-2d.figure")
+    rendered = {r.output.strip(".").split(".")[0] for r in results}
+    assert {"page", "study-summary", "pareto-2d", "view", "compare"} <= rendered
+    # The front comes before the views, and only the open view (the hypervolume) is sent.
+    order = [r.output.strip(".").split(".")[0] for r in results]
+    assert order.index("pareto-2d") < order.index("view")
+    shown = next(r for r in results if r.output.startswith("..view.children"))
+    box = shown.response["response"]["view"]["children"]
+    assert box["props"]["id"] == "hypervolume"
+    assert not any(c["props"].get("id") in ("pareto-3d", "parcoords", "importance")
+                   for r in results if r.response for c in components(r.response))
+    pareto = next(r for r in results if r.output.startswith("..pareto-2d.figure"))
     traces = pareto.response["response"]["pareto-2d"]["figure"]["data"]
     assert [_length(t["x"]) for t in traces] == [4, 2, 1]
     table = next(r for r in results if r.output.startswith("..trial-table.data"))
