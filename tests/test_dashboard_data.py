@@ -496,6 +496,14 @@ def test_study_page_first_render(app: Any, study: EngineStudy) -> None:
     assert _db_digest(study.url) == before
 
 
+def _array(array: Any) -> list[float]:
+    """A serialised plotly array's values (a list, or a base64 typed array)."""
+    if isinstance(array, dict):
+        return [float(x) for x in np.frombuffer(base64.b64decode(array["bdata"]),
+                                                dtype=np.dtype(array["dtype"]))]
+    return [float(x) for x in array]
+
+
 def _length(array: Any) -> int:
     """Points in a serialised plotly array (a list, or a base64 typed array)."""
     if isinstance(array, dict):
@@ -685,3 +693,47 @@ def _outside_address() -> str | None:
     except OSError:
         return None
     return None if address.startswith("127.") else address
+
+
+def _view_figure(app: Any, client: Any, name: str, tab: str) -> dict[str, Any]:
+    """The figure the study page shows in view ``tab`` (as the browser asks for it)."""
+    answer = post_callback(client, callback_body(app, "..view.children", {
+        "views.value": tab, "front-drawn.data": "drawn", "effect-knob.value": None,
+        "effect-objective.value": None, "study.data": {"name": name},
+        "effect-controls.style": {}}, changed="views.value"))
+    assert answer.status == 200, answer
+    box = answer.response["response"]["view"]["children"]
+    graph = next(c for c in components(box) if c["type"] == "Graph")
+    figure: dict[str, Any] = graph["props"]["figure"]
+    return figure
+
+
+def test_promotion_view_pairs_proxy_and_promoted_accuracy(tmp_path: Path) -> None:
+    """A source study and its promoted study (as nas promote links them): both pages show the
+    promoted trials' proxy against promoted accuracy, the diagonal and Kendall's tau."""
+    url = f"sqlite:///{tmp_path / 'promoted.db'}"
+    directions = ["maximize", "minimize"]
+    source = optuna.create_study(storage=url, study_name="src", directions=directions)
+    source.set_user_attr(StudyKey.OBJECTIVES, ["accuracy", "params"])
+    source.set_user_attr(StudyKey.PROMOTIONS, ["src-promoted"])
+    promoted = optuna.create_study(storage=url, study_name="src-promoted", directions=directions)
+    promoted.set_user_attr(StudyKey.OBJECTIVES, ["accuracy", "params"])
+    promoted.set_user_attr(StudyKey.PROMOTED_FROM, "src")
+    promoted.set_user_attr(StudyKey.FIDELITY, {"proxy_epochs": 4, "epochs": 16})
+    proxy, after = [0.5, 0.6, 0.7, 0.8], [0.62, 0.71, 0.69, 0.9]  # one pair swapped
+    for i, (p, q) in enumerate(zip(proxy, after, strict=True)):
+        source.add_trial(optuna.trial.create_trial(values=[p, 1000.0 * (i + 1)]))
+        promoted.add_trial(optuna.trial.create_trial(
+            values=[q, 1000.0 * (i + 1)],
+            user_attrs={TrialKey.SOURCE_TRIAL: i, TrialKey.SOURCE_VALUE: p}))
+    app = create_app(url, refresh_seconds=1)
+    client = app.server.test_client()
+    for name in ("src", "src-promoted"):
+        page = first_render(client, app, study_href(name))[0]
+        assert "Proxy vs promoted" in json.dumps(page.response)
+        fig = _view_figure(app, client, name, "promotion")
+        diagonal, points = fig["data"]
+        assert _length(diagonal["x"]) == 2 and diagonal["x"] == diagonal["y"]
+        assert _array(points["x"]) == proxy and _array(points["y"]) == after
+        assert "Kendall tau +0.67 over 4 pairs" in fig["layout"]["title"]["text"]
+        assert "4 epochs" in fig["layout"]["xaxis"]["title"]["text"]
