@@ -17,7 +17,14 @@ import pandas as pd
 
 from dashboard.data import StudyData
 from studies.keys import StudyKey
-from studies.pareto import Sweep, nondominated_mask, pareto_sweep, to_minimization
+from studies.pareto import (
+    Sweep,
+    fill_reference,
+    nondominated_mask,
+    normalized_hypervolume,
+    pareto_sweep,
+    to_minimization,
+)
 
 __all__ = [
     "IMPORTANCE_BINS",
@@ -27,6 +34,7 @@ __all__ = [
     "importances",
     "knob_groups",
     "omega_squared",
+    "shared_hypervolumes",
     "sort_trials",
 ]
 
@@ -269,3 +277,23 @@ class StudyView:
         pareto[self.complete.index[self.front]] = "yes"
         df.insert(1, "pareto", pareto)
         return df
+
+
+def shared_hypervolumes(views: Sequence[StudyView]) -> tuple[list[float], list[float]] | str:
+    """Each study's hypervolume against ONE reference point, so the numbers compare: per
+    objective the least demanding of the studies' references (each its stored ``nas.reference``,
+    entries it lacks derived from its trials). Returns (volumes, reference), or why the studies
+    cannot be compared (different objectives or directions)."""
+    first = views[0].data.info
+    for v in views[1:]:
+        info = v.data.info
+        if (info.objectives, info.directions) != (first.objectives, first.directions):
+            return (f"{info.name} and {first.name} have different objectives "
+                    f"({', '.join(info.objectives)} vs {', '.join(first.objectives)}): their "
+                    "hypervolumes do not compare.")
+    directions = list(first.directions)
+    refs = np.array([fill_reference(v.data.info.attrs.get(StudyKey.REFERENCE), v.values,
+                                    directions) for v in views])
+    shared = [float(refs[:, k].min() if d == "maximize" else refs[:, k].max())
+              for k, d in enumerate(directions)]
+    return [normalized_hypervolume(v.values, directions, shared) for v in views], shared

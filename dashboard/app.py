@@ -23,7 +23,7 @@ from dash import ALL, Input, Output, State, ctx, dcc, no_update
 from sqlalchemy.engine import make_url
 
 from dashboard import exports, figures, layout
-from dashboard.analysis import StudyView, filter_trials, sort_trials
+from dashboard.analysis import StudyView, filter_trials, shared_hypervolumes, sort_trials
 from dashboard.data import StudyInfo as _Info
 from dashboard.data import (
     fingerprint,
@@ -305,7 +305,11 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
     def compare(data: dict[str, Any], other: str | None, x: str, y: str) -> Any:
         if not other:
             return figures.empty("Choose a study to compare with.")
-        return figures.compare_fronts([view(data).data, reader.view(other).data], x, y)
+        views = [view(data), reader.view(other)]
+        shared = shared_hypervolumes(views)
+        volumes, reference = (shared, None) if isinstance(shared, str) else shared
+        return figures.compare_fronts([v.data for v in views], x, y, volumes=volumes,
+                                      reference=reference)
 
     @app.callback(Output(layout.TABLE, "data"), Output(layout.TABLE, "page_count"), store,
                   Input(layout.TABLE, "page_current"), Input(layout.TABLE, "page_size"),

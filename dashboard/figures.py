@@ -404,10 +404,25 @@ def knob_effect(data: StudyData, knob: str, objective: str) -> go.Figure:
     return fig
 
 
-def compare_fronts(studies: Sequence[StudyData], x: str, y: str) -> go.Figure:
+def compare_fronts(studies: Sequence[StudyData], x: str, y: str, *,
+                   volumes: Sequence[float] | str | None = None,
+                   reference: Sequence[float] | None = None) -> go.Figure:
     """The studies' completed trials on objectives ``x`` and ``y`` (faded) with each study's
-    front in those two objectives as a line, one colour per study."""
-    fig = _figure(uirevision=f"compare/{x}/{y}")
+    front in those two objectives as a line, one colour per study. ``volumes``: each study's
+    hypervolume against the one shared ``reference`` (``analysis.shared_hypervolumes``), shown
+    in the title with that reference; a string says why they do not compare."""
+    title = None
+    if isinstance(volumes, str):
+        title = text(volumes)
+    elif volumes is not None and reference is not None:
+        objectives = studies[0].objectives
+        point = ", ".join(f"{header(o)} {_number(r, kind_of(o, objectives))}"
+                          for o, r in zip(objectives, reference, strict=True))
+        title = ("hypervolume " + ", ".join(f"{text(d.info.name)} {v:.4f}" for d, v in
+                                           zip(studies, volumes, strict=True))
+                 + f"<br><sub>on one reference point: {text(point)}</sub>")
+    fig = _figure(uirevision=f"compare/{x}/{y}", title=title,
+                  margin={**_LAYOUT["margin"], "t": 70 if title else 40})
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"]
     directions: dict[str, str] = {}
     for i, data in enumerate(studies):

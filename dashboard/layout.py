@@ -255,7 +255,9 @@ def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequen
         ]),
         html.Section(style=_SECTION, children=[
             html.H3("Compare with another study"),
-            html.P("Both studies' fronts in the two objectives chosen above.",
+            html.P("Both studies' fronts in the two objectives chosen above, and their "
+                   "hypervolumes against one shared reference point (each study's own may "
+                   "differ: the numbers compare only on one point).",
                    style={"color": "#666"}),
             dcc.Dropdown(_options(list(others)), None, id=COMPARE_WITH,
                          placeholder="choose a study", style={"width": "360px"}),

@@ -737,3 +737,37 @@ def test_promotion_view_pairs_proxy_and_promoted_accuracy(tmp_path: Path) -> Non
         assert _array(points["x"]) == proxy and _array(points["y"]) == after
         assert "Kendall tau +0.67 over 4 pairs" in fig["layout"]["title"]["text"]
         assert "4 epochs" in fig["layout"]["xaxis"]["title"]["text"]
+
+
+def test_compare_puts_both_hypervolumes_on_one_reference(tmp_path: Path) -> None:
+    """Two studies with different stored references: the compare view's hypervolumes are
+    taken against one point (per objective the least demanding), not each study's own."""
+    url = f"sqlite:///{tmp_path / 'compare.db'}"
+    values = {"a": [(0.6, 400.0), (0.8, 900.0)], "b": [(0.7, 300.0), (0.75, 2000.0)]}
+    references = {"a": [0.1, 1000.0], "b": [0.2, 5000.0]}
+    for name, rows in values.items():
+        s = optuna.create_study(storage=url, study_name=name,
+                                directions=["maximize", "minimize"])
+        s.set_user_attr(StudyKey.OBJECTIVES, ["accuracy", "params"])
+        s.set_user_attr(StudyKey.REFERENCE, references[name])
+        for row in rows:
+            s.add_trial(optuna.trial.create_trial(values=list(row)))
+    app = create_app(url, refresh_seconds=1)
+    client = app.server.test_client()
+    answer = post_callback(client, callback_body(app, "compare.figure", {
+        "study.data": {"name": "a"}, "compare-with.value": "b", "pareto-x.value": "params",
+        "pareto-y.value": "accuracy"}))
+    title = answer.response["response"]["compare"]["figure"]["layout"]["title"]["text"]
+    shared = [0.1, 5000.0]
+    dirs = ["maximize", "minimize"]
+    for name in ("a", "b"):
+        own = normalized_hypervolume(values[name], dirs, references[name])
+        on_shared = normalized_hypervolume(values[name], dirs, shared)
+        assert f"{name} {on_shared:.4f}" in title and f"{own:.4f}" != f"{on_shared:.4f}"
+    other = optuna.create_study(storage=url, study_name="c", directions=["maximize"])
+    other.set_user_attr(StudyKey.OBJECTIVES, ["accuracy"])
+    other.add_trial(optuna.trial.create_trial(values=[0.5]))
+    answer = post_callback(client, callback_body(app, "compare.figure", {
+        "study.data": {"name": "a"}, "compare-with.value": "c", "pareto-x.value": "params",
+        "pareto-y.value": "accuracy"}))
+    assert answer.status == 200
