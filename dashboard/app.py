@@ -201,9 +201,14 @@ def _register_pages(app: dash.Dash, reader: _Reader, refresh_ms: int) -> None:
             others = [n for n in study_names(reader.engine) if n != info.name]
             promoted = bool(info.attrs.get(StudyKey.PROMOTED_FROM)
                             or info.attrs.get(StudyKey.PROMOTIONS))
+            x, y = layout.front_axes(info.objectives)
+            front = (figures.pareto_2d(view.data, x, y, view.front,
+                                       labels=view.memo("hover",
+                                                        lambda: figures.hover_labels(view.data)))
+                     if x is not None and y is not None else None)
             return layout.study_page(info, view.data, version, others=others,
                                      formats=_formats(_family(info)), refresh_ms=refresh_ms,
-                                     promoted=promoted)
+                                     promoted=promoted, front=front)
         if parts[0] == "study" and len(parts) == 4 and parts[2] == "trial":
             if not re.fullmatch(r"\d+", parts[3]):
                 return layout.page_not_found(f"{parts[3]!r} is not a trial number.")
@@ -254,33 +259,93 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
         return layout.study_summary(v.data.info, v.counts, v.best, v.hypervolume,
                                     v.last_activity)
 
+    # The page arrives with its front drawn (the route sends it): this redraws it when the
+    # axes, the trials or the selection change.
     @app.callback(Output(layout.PARETO_2D, "figure"), Output(layout.FRONT_DRAWN, "data"), store,
-                  Input(layout.PARETO_X, "value"), Input(layout.PARETO_Y, "value"))
+                  Input(layout.PARETO_X, "value"), Input(layout.PARETO_Y, "value"),
+                  Input(layout.SELECTED, "data"), prevent_initial_call=True)
     @_guarded(lambda message: (figures.empty(message), no_update))
-    def pareto_2d(data: dict[str, Any], x: str, y: str) -> Any:
+    def pareto_2d(data: dict[str, Any], x: str, y: str, selection: dict[str, Any] | None) -> Any:
         v = view(data)
-        return (figures.pareto_2d(v.data, x, y, v.front, labels=labels(v)),
-                f"{data.get('version')}/{x}/{y}")
+        figure = figures.pareto_2d(v.data, x, y, v.front, labels=labels(v),
+                                   selected=_numbers(selection))
+        # A new selection redraws the front only: the views do not wait on it again.
+        drawn = no_update if ctx.triggered_id == layout.SELECTED else \
+            f"{data.get('version')}/{x}/{y}"
+        return figure, drawn
 
     @app.callback(Output(layout.VIEW, "children"), Output(layout.EFFECT_CONTROLS, "style"),
                   Input(layout.VIEWS, "value"), Input(layout.FRONT_DRAWN, "data"),
                   Input(layout.EFFECT_KNOB, "value"), Input(layout.EFFECT_OBJECTIVE, "value"),
-                  State(layout.STUDY, "data"), State(layout.EFFECT_CONTROLS, "style"),
-                  prevent_initial_call=True)
+                  Input(layout.SELECTED, "data"), State(layout.PARCOORDS_RANGES, "data"),
+                  State(layout.STUDY, "data"), State(layout.EFFECT_CONTROLS, "style"))
     @_guarded(lambda message: (message, no_update))
     def show_view(tab: str, drawn: str | None, knob: str | None, objective: str | None,
+                  selection: dict[str, Any] | None, ranges: dict[str, Any] | None,
                   data: dict[str, Any], style: dict[str, Any] | None) -> Any:
-        # Called once the front is drawn (FRONT_DRAWN), then as tabs open: only the open view
-        # is computed and sent, so the heavy ones never delay the front.
+        # Called with the page (whose route already sent the front), when the front is redrawn
+        # (FRONT_DRAWN), and as tabs open: only the open view is computed and sent, so the
+        # heavy ones never delay the front.
         if drawn is None:
             return no_update, no_update
-        if ctx.triggered_id in (layout.EFFECT_KNOB, layout.EFFECT_OBJECTIVE) and \
-                tab != layout.EFFECT:
+        trigger = ctx.triggered_id
+        if trigger in (layout.EFFECT_KNOB, layout.EFFECT_OBJECTIVE) and tab != layout.EFFECT:
             return no_update, no_update
+        if trigger == layout.SELECTED and (tab not in _SELECTABLE_VIEWS or (
+                selection or {}).get("source") == tab):
+            return no_update, no_update  # a view without the selection, or where it was made
         controls = {**(style or {}), "display": "flex" if tab == layout.EFFECT else "none"}
         v = view(data)
-        return layout.view_box(tab, _view_figure(reader, v, tab, knob, objective),
-                               _VIEW_HEIGHTS.get(tab, 450)), controls
+        figure = _view_figure(reader, v, tab, knob, objective, _numbers(selection), ranges)
+        return layout.view_box(tab, figure, _VIEW_HEIGHTS.get(tab, 450)), controls
+
+    @app.callback(Output(layout.SELECTED, "data"), Output(layout.PARCOORDS_RANGES, "data"),
+                  Input(layout.PARETO_2D, "selectedData"),
+                  Input(layout.TABLE, "selected_row_ids"),
+                  Input({"type": layout.VIEW_GRAPH, "name": ALL}, "restyleData"),
+                  Input(layout.SELECTION_CLEAR, "n_clicks"),
+                  State(layout.SELECTED, "data"), State(layout.PARCOORDS_RANGES, "data"),
+                  State(layout.TABLE, "data"), State(layout.STUDY, "data"),
+                  prevent_initial_call=True)
+    @_guarded(lambda message: (no_update, no_update))
+    def select(front: dict[str, Any] | None, rows: list[Any] | None, restyles: list[Any],
+               _clear: int | None, current: dict[str, Any] | None,
+               ranges: dict[str, Any] | None, page: list[dict[str, Any]] | None,
+               data: dict[str, Any]) -> Any:
+        """The one selection of the page, from whichever view changed it."""
+        trigger = ctx.triggered_id
+        before = _numbers(current)
+        ranges = dict(ranges or {})
+        source: str | None = None
+        if trigger == layout.SELECTION_CLEAR:
+            numbers: list[int] = []
+            ranges = {}
+        elif trigger == layout.PARETO_2D:
+            numbers, source = _points_of(front), layout.PARETO_2D
+        elif trigger == layout.TABLE:
+            on_page = {int(r["id"]) for r in page or [] if r.get("id") is not None}
+            chosen = {int(n) for n in rows or []}
+            numbers = sorted((set(before) - on_page) | chosen)
+            source = layout.TABLE
+        elif isinstance(trigger, dict) and trigger.get("name") == layout.PARCOORDS:
+            change = next((r for r in restyles if r), None)
+            for key, value in ((change or [{}])[0]).items():
+                found = re.fullmatch(r"dimensions\[(\d+)\]\.constraintrange", key)
+                if found:
+                    ranges[found.group(1)] = value
+            ranges = {k: v for k, v in ranges.items() if v}
+            numbers = (figures.parcoords_selection(view(data).data, ranges) if ranges else [])
+            source = layout.PARCOORDS
+        else:
+            return no_update, no_update
+        if numbers == before and trigger != layout.SELECTION_CLEAR:
+            return no_update, ranges
+        return {"numbers": numbers, "source": source}, ranges
+
+    @app.callback(Output(layout.SELECTION_NOTE, "children"), Input(layout.SELECTED, "data"))
+    def selection_note(selection: dict[str, Any] | None) -> str:
+        n = len(_numbers(selection))
+        return "no trials selected" if not n else f"{n} trial{'s' if n != 1 else ''} selected"
 
     @app.callback(Output(layout.TABLE, "columns"), Output(layout.EFFECT_KNOB, "options"),
                   Output(layout.EFFECT_KNOB, "value"), store, State(layout.TABLE, "columns"),
@@ -311,18 +376,26 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
         return figures.compare_fronts([v.data for v in views], x, y, volumes=volumes,
                                       reference=reference)
 
-    @app.callback(Output(layout.TABLE, "data"), Output(layout.TABLE, "page_count"), store,
+    @app.callback(Output(layout.TABLE, "data"), Output(layout.TABLE, "page_count"),
+                  Output(layout.TABLE, "selected_rows"),
+                  Output(layout.TABLE, "style_data_conditional"), store,
                   Input(layout.TABLE, "page_current"), Input(layout.TABLE, "page_size"),
-                  Input(layout.TABLE, "sort_by"), Input(layout.TABLE, "filter_query"))
-    @_guarded(lambda message: ([], 0))
+                  Input(layout.TABLE, "sort_by"), Input(layout.TABLE, "filter_query"),
+                  Input(layout.SELECTED, "data"))
+    @_guarded(lambda message: ([], 0, [], []))
     def table(data: dict[str, Any], page: int | None, size: int | None,
-              sort_by: list[dict[str, str]] | None, query: str | None) -> Any:
+              sort_by: list[dict[str, str]] | None, query: str | None,
+              selection: dict[str, Any] | None) -> Any:
         v = view(data)
         rows = sort_trials(filter_trials(v.table, query), sort_by)
         size = size or layout.PAGE_SIZE
         page = page or 0
         shown = rows.iloc[page * size:(page + 1) * size]
-        return _records(shown, v.data.info.name, v.data.objectives), max(1, -(-len(rows) // size))
+        chosen = set(_numbers(selection))
+        marked = [i for i, n in enumerate(shown.number) if int(n) in chosen]
+        style = [{"if": {"row_index": i}, "backgroundColor": "#fde0ef"} for i in marked]
+        return (_records(shown, v.data.info.name, v.data.objectives),
+                max(1, -(-len(rows) // size)), marked, style)
 
     @app.callback(Output(layout.URL, "pathname", allow_duplicate=True),
                   Input(layout.PARETO_2D, "clickData"),
@@ -340,22 +413,44 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
         return layout.trial_href(data["name"], int(number))
 
 
+#: The views that draw the page's selection.
+_SELECTABLE_VIEWS = (layout.PARETO_3D, layout.PARCOORDS)
+
+
+def _numbers(selection: dict[str, Any] | None) -> list[int]:
+    return [int(n) for n in (selection or {}).get("numbers") or []]
+
+
+def _points_of(selected: dict[str, Any] | None) -> list[int]:
+    """The trial numbers of the points a box or lasso selected on a graph."""
+    numbers = set()
+    for point in (selected or {}).get("points") or []:
+        number = point.get("customdata")
+        if isinstance(number, list):
+            number = number[0] if number else None
+        if number is not None:
+            numbers.add(int(number))
+    return sorted(numbers)
+
+
 _VIEW_HEIGHTS = {layout.HYPERVOLUME: 340, layout.PARETO_3D: 560, layout.PARCOORDS: 460,
                  layout.EFFECT: 420, layout.TIMELINE: 520, layout.CURVES: 480,
                  layout.PROMOTION: 480}
 
 
 def _view_figure(reader: _Reader, v: StudyView, tab: str, knob: str | None,
-                 objective: str | None) -> Any:
-    """The figure of view ``tab`` (see ``layout.VIEW_TABS``)."""
+                 objective: str | None, selected: list[int] | None = None,
+                 ranges: dict[str, Any] | None = None) -> Any:
+    """The figure of view ``tab`` (see ``layout.VIEW_TABS``), with the page's selection."""
     data = v.data
     if tab == layout.HYPERVOLUME:
         return figures.hypervolume_history(*v.curve)
     if tab == layout.PARETO_3D:
         return figures.pareto_3d(data, v.front,
-                                 labels=v.memo("hover", lambda: figures.hover_labels(data)))
+                                 labels=v.memo("hover", lambda: figures.hover_labels(data)),
+                                 selected=selected)
     if tab == layout.PARCOORDS:
-        return figures.parallel_coordinates(data)
+        return figures.parallel_coordinates(data, selected=selected, ranges=ranges)
     if tab == layout.IMPORTANCE:
         return figures.importance(v.importances, trials=len(v.complete))
     if tab == layout.EFFECT:
@@ -398,9 +493,11 @@ def _records(rows: pd.DataFrame, name: str, objectives: tuple[str, ...]) -> list
     kinds = {c: kind_of(c, objectives) for c in rows.columns}
     out = []
     for record in rows.to_dict("records"):
-        cells = {k: (None if _missing(v) else number(v, kinds[k])) for k, v in record.items()}
+        cells: dict[str, Any] = {k: (None if _missing(v) else number(v, kinds[k]))
+                                 for k, v in record.items()}
         number_ = int(record["number"])
         cells["number"] = f"[{number_}]({layout.trial_href(name, number_)})"
+        cells["id"] = number_  # the row's id: the table's selection is by trial
         out.append(cells)
     return out
 
@@ -434,6 +531,18 @@ def _register_downloads(app: dash.Dash, reader: _Reader) -> None:
         rows = sort_trials(filter_trials(v.table, query), sort_by)
         return dcc.send_string(_csv_safe(rows).to_csv(index=False),
                                f"{_filename(data['name'])}-trials.csv")
+
+    @app.callback(Output(layout.SELECTION_DOWNLOAD, "data"),
+                  Input(layout.SELECTION_CSV, "n_clicks"), State(layout.SELECTED, "data"),
+                  State(layout.STUDY, "data"), prevent_initial_call=True)
+    def selection_csv(clicks: int | None, selection: dict[str, Any] | None,
+                      data: dict[str, Any]) -> Any:
+        if not clicks:
+            return no_update
+        v = reader.view(data["name"], data.get("version"))
+        rows = v.table[v.table.number.isin(_numbers(selection))]
+        return dcc.send_string(_csv_safe(rows).to_csv(index=False),
+                               f"{_filename(data['name'])}-selected.csv")
 
     @app.callback(Output(layout.TRIAL_DOWNLOAD, "data"), Output(layout.TRIAL_MESSAGE, "children"),
                   Input({"type": layout.EXPORT, "format": ALL}, "n_clicks"),

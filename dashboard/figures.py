@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,8 @@ __all__ = [
     "knob_effect",
     "learning_curves",
     "parallel_coordinates",
+    "parcoords_dimensions",
+    "parcoords_selection",
     "pareto_2d",
     "pareto_3d",
     "promotion_scatter",
@@ -48,7 +50,7 @@ __all__ = [
 #: From this many points on, scatter plots draw with WebGL (SVG slows down past a few thousand).
 WEBGL_FROM = 2000
 COLORS = {"front": "#1f77b4", "dominated": "rgba(127,127,127,0.3)", "rejected": "#d62728",
-          "other": "#ff7f0e"}
+          "other": "#ff7f0e", "selected": "#e6007e"}
 _DOMINATED_3D = "#7f7f7f"  # COLORS["dominated"] without its transparency
 #: One colour per trial status (the words of ``studies.keys.Status``, and running).
 STATUS_COLORS = {Status.COMPLETED: "#1f77b4", Status.REUSED: "#17becf",
@@ -202,18 +204,30 @@ def _scatter_groups(data: StudyData, front: np.ndarray) -> list[tuple[str, pd.Da
     ]
 
 
+def _selection(numbers: pd.Series, selected: Collection[int] | None) -> dict[str, Any]:
+    """A trace's keys that highlight the ``selected`` trial numbers (none: no selection)."""
+    if not selected:
+        return {}
+    chosen = set(selected)
+    return {"selectedpoints": [i for i, n in enumerate(numbers) if int(n) in chosen],
+            "selected": {"marker": {"color": COLORS["selected"], "opacity": 1.0}},
+            "unselected": {"marker": {"opacity": 0.25}}}
+
+
 def _log_axis(values: np.ndarray) -> bool:
     finite = values[np.isfinite(values) & (values > 0)]
     return len(finite) > 1 and bool(finite.min() > 0) and finite.max() / finite.min() > 30
 
 
 def pareto_2d(data: StudyData, x: str, y: str, front: np.ndarray, *,
-              labels: pd.Series | None = None) -> go.Figure:
+              labels: pd.Series | None = None,
+              selected: Collection[int] | None = None) -> go.Figure:
     """Completed trials on objectives ``x`` and ``y``: the study's Pareto-optimal trials (over
     all its objectives, ``front`` a mask over ``data.complete()``) in colour, dominated ones
     faded, constraint-rejected ones as crosses (at their cost; on an axis they have no value for,
     at the worst value reached), and the constraint limits as dashed lines. ``labels``:
-    :func:`hover_labels`, if already built."""
+    :func:`hover_labels`, if already built; ``selected``: trial numbers to highlight (the others
+    fade)."""
     complete = data.complete()
     if complete.empty and not (data.trials.status == Status.REJECTED).any():
         return empty("No completed trials yet.")
@@ -232,7 +246,8 @@ def pareto_2d(data: StudyData, x: str, y: str, front: np.ndarray, *,
         all_y.append(py)
         fig.add_trace(scatter(x=px, y=py, mode="markers", name=name, marker=marker,
                               customdata=_numbers(df.number),
-                              hovertext=_texts(labels.loc[df.index]), hoverinfo="text"))
+                              hovertext=_texts(labels.loc[df.index]), hoverinfo="text",
+                              **_selection(df.number, selected)))
     for axis, values, add in (("x", all_x, fig.add_vline), ("y", all_y, fig.add_hline)):
         name = x if axis == "x" else y
         limit = data.info.constraints.get(f"{name}_max")
@@ -245,9 +260,11 @@ def pareto_2d(data: StudyData, x: str, y: str, front: np.ndarray, *,
 
 
 def pareto_3d(data: StudyData, front: np.ndarray, *,
-              labels: pd.Series | None = None) -> go.Figure:
+              labels: pd.Series | None = None,
+              selected: Collection[int] | None = None) -> go.Figure:
     """The trials in 3-D: accuracy (the first objective that is not a cost) x params x MAdds
-    (stored costs where they are not objectives); styles as :func:`pareto_2d`."""
+    (stored costs where they are not objectives); styles as :func:`pareto_2d`, the
+    ``selected`` trials ringed."""
     complete = data.complete()
     if complete.empty:
         return empty("No completed trials yet.")
@@ -280,6 +297,15 @@ def pareto_3d(data: StudyData, front: np.ndarray, *,
             x=px, y=py, z=pz, mode="markers", name=name, opacity=opacity,
             marker={**marker, "size": max(5, int(marker["size"] * 0.8))},
             customdata=_numbers(df.number), hovertext=_texts(labels.loc[df.index]),
+            hoverinfo="text"))
+    if selected:
+        chosen = complete[complete.number.isin(set(selected))]
+        px, py, pz = _points(chosen, axes, directions, complete)
+        fig.add_trace(go.Scatter3d(
+            x=px, y=py, z=pz, mode="markers", name=f"selected ({len(chosen)})",
+            marker={"size": 9, "color": "rgba(0,0,0,0)",
+                    "line": {"color": COLORS["selected"], "width": 3}},
+            customdata=_numbers(chosen.number), hovertext=_texts(labels.loc[chosen.index]),
             hoverinfo="text"))
     return fig
 
@@ -320,12 +346,12 @@ def _is_numeric(data: StudyData, knob: str, column: pd.Series) -> bool:
             and bool(column.notna().all()))
 
 
-def parallel_coordinates(data: StudyData) -> go.Figure:
-    """One line per completed trial across every knob and objective, coloured by the first
-    objective. Categorical knobs (and knobs not drawn in a trial) become labelled levels."""
+def parcoords_dimensions(data: StudyData) -> list[dict[str, Any]]:
+    """The parallel coordinates' axes over ``data.complete()``: each knob, then each objective
+    (categorical knobs and knobs not drawn in a trial as labelled levels)."""
     complete = data.complete()
     if complete.empty:
-        return empty("No completed trials yet.")
+        return []
     dims = []
     for knob in data.knobs:
         column = complete[knob]
@@ -338,11 +364,52 @@ def parallel_coordinates(data: StudyData) -> go.Figure:
     for objective in data.objectives:
         dims.append({"label": text(header(objective)),
                      "values": complete[objective].to_numpy(dtype=float)})
-    colour = complete[data.objectives[0]].to_numpy(dtype=float) if data.objectives else None
+    return dims
+
+
+def parcoords_selection(data: StudyData, ranges: Mapping[str, Any]) -> list[int]:
+    """The completed trials inside every brushed range (``ranges``: axis index -> one
+    [low, high] or a list of them, as plotly's ``constraintrange``)."""
+    complete = data.complete()
+    keep = np.ones(len(complete), dtype=bool)
+    dims = parcoords_dimensions(data)
+    for index, spans in ranges.items():
+        if spans is None or int(index) >= len(dims):
+            continue
+        values = np.asarray(dims[int(index)]["values"], dtype=float)
+        spans = [spans] if spans and not isinstance(spans[0], (list, tuple)) else spans
+        inside = np.zeros(len(values), dtype=bool)
+        for low, high in spans:
+            inside |= (values >= low) & (values <= high)
+        keep &= inside
+    return [int(n) for n in complete.number.to_numpy()[keep]]
+
+
+def parallel_coordinates(data: StudyData, *, selected: Collection[int] | None = None,
+                         ranges: Mapping[str, Any] | None = None) -> go.Figure:
+    """One line per completed trial across every knob and objective, coloured by the first
+    objective (with a selection: the ``selected`` trials in colour, the others grey).
+    Categorical knobs (and knobs not drawn in a trial) become labelled levels; ``ranges``
+    (:func:`parcoords_selection`'s) are drawn as the axes' brushes."""
+    complete = data.complete()
+    if complete.empty:
+        return empty("No completed trials yet.")
+    dims = parcoords_dimensions(data)
+    for index, spans in (ranges or {}).items():
+        if spans is not None and int(index) < len(dims):
+            dims[int(index)]["constraintrange"] = spans
     fig = _figure(margin={"l": 60, "r": 60, "t": 60, "b": 30})
-    fig.add_trace(go.Parcoords(dimensions=dims, line={
-        "color": colour, "colorscale": "Viridis", "showscale": True,
-        "colorbar": {"title": {"text": text(data.objectives[0]) if data.objectives else ""}}}))
+    if selected:
+        chosen = complete.number.isin(set(selected)).to_numpy(dtype=float)
+        line: dict[str, Any] = {"color": chosen, "cmin": 0, "cmax": 1, "showscale": False,
+                                "colorscale": [[0, "#cccccc"], [1, COLORS["selected"]]]}
+        fig.update_layout(title=f"{int(chosen.sum())} selected trials highlighted")
+    else:
+        colour = complete[data.objectives[0]].to_numpy(dtype=float) if data.objectives else None
+        line = {"color": colour, "colorscale": "Viridis", "showscale": True,
+                "colorbar": {"title": {"text": text(data.objectives[0]) if data.objectives
+                                       else ""}}}
+    fig.add_trace(go.Parcoords(dimensions=dims, line=line))
     return fig
 
 

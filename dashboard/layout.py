@@ -23,6 +23,7 @@ __all__ = [
     "by_status",
     "default_knob",
     "fmt",
+    "front_axes",
     "knob_options",
     "page_not_found",
     "shell",
@@ -52,6 +53,10 @@ TIMELINE, CURVES, PROMOTION = "timeline", "curves", "promotion"
 # The views below the front: a tab each, drawn only when opened and after the front.
 VIEWS, VIEW, VIEW_GRAPH, EFFECT_CONTROLS, FRONT_DRAWN = (
     "views", "view", "view-graph", "effect-controls", "front-drawn")
+# Linked selection: trials chosen on the front, the parallel coordinates or the table.
+SELECTED, PARCOORDS_RANGES, SELECTION_NOTE, SELECTION_CLEAR = (
+    "selected", "parcoords-ranges", "selection-note", "selection-clear")
+SELECTION_CSV, SELECTION_DOWNLOAD = "selection-csv", "selection-download"
 TABLE, CSV_BUTTON, CSV_DOWNLOAD = "trial-table", "csv-button", "csv-download"
 COMPARE_WITH, COMPARE = "compare-with", "compare"
 TRIAL, TRIAL_TICK, TRIAL_BODY = "trial", "trial-tick", "trial-body"
@@ -145,9 +150,10 @@ def _options(values: Sequence[str]) -> list[dict[str, str]]:
     return [{"label": v, "value": v} for v in values]
 
 
-def _graph(id_: str, height: int = 450) -> dcc.Loading:
+def _graph(id_: str, height: int = 450, figure: Any = None) -> dcc.Loading:
+    extra = {} if figure is None else {"figure": figure}
     return dcc.Loading(dcc.Graph(id=id_, style={"height": f"{height}px"},
-                                 config={"displaylogo": False}), type="circle")
+                                 config={"displaylogo": False}, **extra), type="circle")
 
 
 #: (tab value and the id of the view's box, label, what it shows), in tab order.
@@ -183,14 +189,22 @@ def view_box(value: str, figure: Any, height: int = 450) -> html.Div:
                   style={"height": f"{height}px"}, config={"displaylogo": False})])
 
 
+def front_axes(objectives: Sequence[str]) -> tuple[str | None, str | None]:
+    """The 2-D front's axes when the page opens: params (else the last objective) across, the
+    first other objective up."""
+    x = "params" if "params" in objectives else objectives[-1] if objectives else None
+    return x, next((o for o in objectives if o != x), x)
+
+
 def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequence[str],
-               formats: Sequence[str], refresh_ms: int, promoted: bool = False) -> list[Any]:
+               formats: Sequence[str], refresh_ms: int, promoted: bool = False,
+               front: Any = None) -> list[Any]:
     """The study page's skeleton; its callbacks fill every figure and the table. The summary
     and the 2-D front come first; the other views are tabs, drawn when opened and only after
-    the front (``FRONT_DRAWN``)."""
+    the front (``FRONT_DRAWN``). ``front``: the 2-D front's figure on :func:`front_axes`, sent
+    with the page itself so that it draws without waiting for another request."""
     objectives = list(info.objectives)
-    x = "params" if "params" in objectives else objectives[-1] if objectives else None
-    y = next((o for o in objectives if o != x), x)
+    x, y = front_axes(objectives)
     return [
         dcc.Store(id=STUDY, data={"name": info.name, "version": version}),
         dcc.Interval(id=STUDY_TICK, interval=refresh_ms),
@@ -205,7 +219,18 @@ def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequen
                                               clearable=False, style={"width": "200px"}),
                 html.Span("Click a point to open its trial.", style={"color": "#666"}),
             ]),
-            _graph(PARETO_2D, 520), dcc.Store(id=FRONT_DRAWN),
+            _graph(PARETO_2D, 520, front),
+            dcc.Store(id=FRONT_DRAWN, data=None if front is None else f"{version}/{x}/{y}"),
+            dcc.Store(id=SELECTED, data={"numbers": [], "source": None}),
+            dcc.Store(id=PARCOORDS_RANGES, data={}),
+            html.Div(style=_ROW, children=[
+                html.Span("Select trials with the box or lasso on the front, by brushing the "
+                          "parallel coordinates' axes or with the table's boxes: they are "
+                          "highlighted everywhere.", style={"color": "#666"}),
+                html.B(id=SELECTION_NOTE, children="no trials selected"),
+                html.Button("Clear the selection", id=SELECTION_CLEAR, style=_BUTTON),
+                html.Button("Download the selection (CSV)", id=SELECTION_CSV, style=_BUTTON),
+                dcc.Download(id=SELECTION_DOWNLOAD)]),
             html.Div(style=_ROW, children=[
                 html.Span("Download the Pareto set as"),
                 dcc.Dropdown(_options(formats), formats[0] if formats else None,
@@ -240,6 +265,7 @@ def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequen
                 dcc.Download(id=CSV_DOWNLOAD)]),
             DataTable(
                 id=TABLE, columns=cast(Any, table_columns(data)), data=[], page_current=0,
+                row_selectable="multi", selected_rows=[], selected_row_ids=[],
                 page_size=PAGE_SIZE, page_action="custom", sort_action="custom",
                 sort_mode="multi", sort_by=[], filter_action="custom", filter_query="",
                 filter_options={"case": "insensitive"},

@@ -501,3 +501,79 @@ def test_the_front_draws_first_and_each_view_when_opened(browser: Any, server: s
     assert {"completed", "stopped"} <= names
     _shot(browser, "08-views.png", height=2200)
     browser.set_window_size(1400, 1000)
+
+
+# The trials the front's traces show as selected (plotly keeps selectedpoints per trace).
+_FRONT_SELECTED = """
+const gd = document.querySelector('#pareto-2d .js-plotly-plot');
+if (!gd || !gd._fullData) return null;
+const out = [];
+for (const t of gd._fullData) {
+  if (t.selectedpoints) { for (const i of t.selectedpoints) out.push(t.customdata[i]); }
+}
+return out.sort((a, b) => a - b);
+"""
+
+
+def test_linked_selection_from_table_front_and_axes(browser: Any, server: str, study_url: str,
+                                                    downloads: Path) -> None:
+    """Trials chosen in the table, on the front or by brushing the parallel coordinates are
+    the page's one selection: highlighted on the front, ticked in the table, and exported."""
+    study = optuna.load_study(study_name=NAME, storage=study_url)
+    completed = sorted(t.number for t in study.trials if t.state == TrialState.COMPLETE)
+    browser.get(server + _study_path(NAME))
+    _wait(lambda: browser.execute_script(_TRACES), "the Pareto graph")
+    _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "#trial-table td"), "the trial table")
+
+    def tick(number: int) -> None:
+        row = _wait(lambda: next(
+            (r for r in browser.find_elements(By.CSS_SELECTOR, "#trial-table tbody tr")
+             if r.find_elements(By.CSS_SELECTOR, 'td[data-dash-column="number"]')
+             and r.find_element(By.CSS_SELECTOR, 'td[data-dash-column="number"]').text
+             == str(number)), None), f"the row of trial {number}")
+        row.find_element(By.CSS_SELECTOR, "td.dash-select-cell input").click()
+
+    chosen = completed[:2]
+    for number in chosen:
+        tick(number)
+    _wait(lambda: browser.execute_script(_FRONT_SELECTED) == chosen,
+          f"the front to highlight trials {chosen}")
+    assert browser.find_element(By.ID, "selection-note").text == "2 trials selected"
+
+    for old in downloads.glob("*-selected.csv"):
+        old.unlink()
+    browser.find_element(By.ID, "selection-csv").click()
+    target = downloads / f"{NAME}-selected.csv"
+    _wait(lambda: target.exists() and target.read_text().count("\n") == 3,
+          "the selection's CSV")
+    exported = sorted(int(line.split(",")[0]) for line in target.read_text().splitlines()[1:])
+    assert exported == chosen
+
+    # A box selection on the front (plotly's select event, as the box tool emits it).
+    one = completed[-1]
+    browser.execute_script("""
+        const gd = document.querySelector('#pareto-2d .js-plotly-plot');
+        gd.emit('plotly_selected', {points: [{customdata: arguments[0]}]});""", one)
+    _wait(lambda: browser.execute_script(_FRONT_SELECTED) == [one], "the front's selection")
+    _wait(lambda: browser.find_element(By.ID, "selection-note").text == "1 trial selected",
+          "the note")
+
+    # Brushing the accuracy axis of the parallel coordinates selects the trials inside.
+    accuracy = {t.number: t.values[0] for t in study.trials if t.state == TrialState.COMPLETE}
+    low = sorted(accuracy.values())[len(accuracy) // 2]
+    inside = sorted(n for n, a in accuracy.items() if a >= low)
+    _open_view(browser, "Parallel coordinates")
+    _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "#parcoords .parcoords"),
+          "the parallel coordinates")
+    browser.execute_script("""
+        const gd = document.querySelector('#parcoords .js-plotly-plot');
+        const k = gd._fullData[0].dimensions.findIndex(d => d.label === 'accuracy');
+        Plotly.restyle(gd, {['dimensions[' + k + '].constraintrange']: [[arguments[0], 2]]},
+                       [0]);""", low)
+    _wait(lambda: browser.execute_script(_FRONT_SELECTED) == inside,
+          f"the front to highlight trials {inside}")
+    assert browser.find_element(By.ID, "selection-note").text.startswith(f"{len(inside)} trial")
+    browser.find_element(By.ID, "selection-clear").click()
+    _wait(lambda: browser.find_element(By.ID, "selection-note").text == "no trials selected",
+          "the selection to clear")
+    _shot(browser, "09-selection.png")

@@ -478,17 +478,17 @@ def test_study_page_first_render(app: Any, study: EngineStudy) -> None:
     results = first_render(client, app, study_href(study.name))
     assert [r.status for r in results] == [200] * len(results)
     rendered = {r.output.strip(".").split(".")[0] for r in results}
-    assert {"page", "study-summary", "pareto-2d", "view", "compare"} <= rendered
-    # The front comes before the views, and only the open view (the hypervolume) is sent.
-    order = [r.output.strip(".").split(".")[0] for r in results]
-    assert order.index("pareto-2d") < order.index("view")
+    assert {"page", "study-summary", "view", "compare"} <= rendered
+    # The front comes with the page itself; only the open view (the hypervolume) is sent.
+    assert "pareto-2d" not in rendered
     shown = next(r for r in results if r.output.startswith("..view.children"))
     box = shown.response["response"]["view"]["children"]
     assert box["props"]["id"] == "hypervolume"
     assert not any(c["props"].get("id") in ("pareto-3d", "parcoords", "importance")
                    for r in results if r.response for c in components(r.response))
-    pareto = next(r for r in results if r.output.startswith("..pareto-2d.figure"))
-    traces = pareto.response["response"]["pareto-2d"]["figure"]["data"]
+    graph = next(c for c in components(results[0].response)
+                 if c["props"].get("id") == "pareto-2d")
+    traces = graph["props"]["figure"]["data"]
     assert [_length(t["x"]) for t in traces] == [4, 2, 1]
     table = next(r for r in results if r.output.startswith("..trial-table.data"))
     rows = table.response["response"]["trial-table"]["data"]
