@@ -263,26 +263,30 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
     # axes, the trials or the selection change.
     @app.callback(Output(layout.PARETO_2D, "figure"), Output(layout.FRONT_DRAWN, "data"), store,
                   Input(layout.PARETO_X, "value"), Input(layout.PARETO_Y, "value"),
-                  Input(layout.SELECTED, "data"), prevent_initial_call=True)
+                  Input(layout.SELECTED, "data"), Input(layout.PARETO_SCALE, "value"),
+                  prevent_initial_call=True)
     @_guarded(lambda message: (figures.empty(message), no_update))
-    def pareto_2d(data: dict[str, Any], x: str, y: str, selection: dict[str, Any] | None) -> Any:
+    def pareto_2d(data: dict[str, Any], x: str, y: str, selection: dict[str, Any] | None,
+                  scale: str | None) -> Any:
         v = view(data)
         figure = figures.pareto_2d(v.data, x, y, v.front, labels=labels(v),
-                                   selected=_numbers(selection))
+                                   selected=_numbers(selection), scale=scale or "auto")
         # A new selection redraws the front only: the views do not wait on it again.
-        drawn = no_update if ctx.triggered_id == layout.SELECTED else \
+        drawn = no_update if ctx.triggered_id in (layout.SELECTED, layout.PARETO_SCALE) else \
             f"{data.get('version')}/{x}/{y}"
         return figure, drawn
 
     @app.callback(Output(layout.VIEW, "children"), Output(layout.EFFECT_CONTROLS, "style"),
                   Input(layout.VIEWS, "value"), Input(layout.FRONT_DRAWN, "data"),
                   Input(layout.EFFECT_KNOB, "value"), Input(layout.EFFECT_OBJECTIVE, "value"),
-                  Input(layout.SELECTED, "data"), State(layout.PARCOORDS_RANGES, "data"),
+                  Input(layout.SELECTED, "data"), Input(layout.PARETO_SCALE, "value"),
+                  State(layout.PARCOORDS_RANGES, "data"),
                   State(layout.STUDY, "data"), State(layout.EFFECT_CONTROLS, "style"))
     @_guarded(lambda message: (message, no_update))
     def show_view(tab: str, drawn: str | None, knob: str | None, objective: str | None,
-                  selection: dict[str, Any] | None, ranges: dict[str, Any] | None,
-                  data: dict[str, Any], style: dict[str, Any] | None) -> Any:
+                  selection: dict[str, Any] | None, scale: str | None,
+                  ranges: dict[str, Any] | None, data: dict[str, Any],
+                  style: dict[str, Any] | None) -> Any:
         # Called with the page (whose route already sent the front), when the front is redrawn
         # (FRONT_DRAWN), and as tabs open: only the open view is computed and sent, so the
         # heavy ones never delay the front.
@@ -291,12 +295,15 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
         trigger = ctx.triggered_id
         if trigger in (layout.EFFECT_KNOB, layout.EFFECT_OBJECTIVE) and tab != layout.EFFECT:
             return no_update, no_update
+        if trigger == layout.PARETO_SCALE and tab != layout.PARETO_3D:
+            return no_update, no_update
         if trigger == layout.SELECTED and (tab not in _SELECTABLE_VIEWS or (
                 selection or {}).get("source") == tab):
             return no_update, no_update  # a view without the selection, or where it was made
         controls = {**(style or {}), "display": "flex" if tab == layout.EFFECT else "none"}
         v = view(data)
-        figure = _view_figure(reader, v, tab, knob, objective, _numbers(selection), ranges)
+        figure = _view_figure(reader, v, tab, knob, objective, _numbers(selection), ranges,
+                              scale or "auto")
         return layout.view_box(tab, figure, _VIEW_HEIGHTS.get(tab, 450)), controls
 
     @app.callback(Output(layout.SELECTED, "data"), Output(layout.PARCOORDS_RANGES, "data"),
@@ -440,7 +447,7 @@ _VIEW_HEIGHTS = {layout.HYPERVOLUME: 340, layout.PARETO_3D: 560, layout.PARCOORD
 
 def _view_figure(reader: _Reader, v: StudyView, tab: str, knob: str | None,
                  objective: str | None, selected: list[int] | None = None,
-                 ranges: dict[str, Any] | None = None) -> Any:
+                 ranges: dict[str, Any] | None = None, scale: str = "auto") -> Any:
     """The figure of view ``tab`` (see ``layout.VIEW_TABS``), with the page's selection."""
     data = v.data
     if tab == layout.HYPERVOLUME:
@@ -448,7 +455,7 @@ def _view_figure(reader: _Reader, v: StudyView, tab: str, knob: str | None,
     if tab == layout.PARETO_3D:
         return figures.pareto_3d(data, v.front,
                                  labels=v.memo("hover", lambda: figures.hover_labels(data)),
-                                 selected=selected)
+                                 selected=selected, scale=scale)
     if tab == layout.PARCOORDS:
         return figures.parallel_coordinates(data, selected=selected, ranges=ranges)
     if tab == layout.IMPORTANCE:

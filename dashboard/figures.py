@@ -214,14 +214,26 @@ def _selection(numbers: pd.Series, selected: Collection[int] | None) -> dict[str
             "unselected": {"marker": {"opacity": 0.25}}}
 
 
-def _log_axis(values: np.ndarray) -> bool:
-    finite = values[np.isfinite(values) & (values > 0)]
-    return len(finite) > 1 and bool(finite.min() > 0) and finite.max() / finite.min() > 30
+SCALES = ("auto", "linear", "log")
+_COSTS = ("params", "madds")
+
+
+def _log_axis(name: str, values: np.ndarray, scale: str = "auto") -> bool:
+    """Whether the axis of objective ``name`` is logarithmic: with ``log``, the costs' (params,
+    MAdds); with ``linear``, none; with ``auto``, any axis whose values are all positive and
+    span more than 30x."""
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    if scale == "linear" or not len(values) or values.min() <= 0:
+        return False
+    if scale == "log":
+        return name in _COSTS
+    return len(values) > 1 and values.max() / values.min() > 30
 
 
 def pareto_2d(data: StudyData, x: str, y: str, front: np.ndarray, *,
               labels: pd.Series | None = None,
-              selected: Collection[int] | None = None) -> go.Figure:
+              selected: Collection[int] | None = None, scale: str = "auto") -> go.Figure:
     """Completed trials on objectives ``x`` and ``y``: the study's Pareto-optimal trials (over
     all its objectives, ``front`` a mask over ``data.complete()``) in colour, dominated ones
     faded, constraint-rejected ones as crosses (at their cost; on an axis they have no value for,
@@ -254,14 +266,14 @@ def pareto_2d(data: StudyData, x: str, y: str, front: np.ndarray, *,
         if limit is not None:
             add(limit, line_dash="dash", line_color=COLORS["rejected"],
                 annotation_text=text(f"{name}_max"))
-        if _log_axis(np.concatenate(values) if values else np.array([])):
+        if _log_axis(name, np.concatenate(values) if values else np.array([]), scale):
             fig.update_layout({f"{axis}axis_type": "log"})
     return fig
 
 
 def pareto_3d(data: StudyData, front: np.ndarray, *,
               labels: pd.Series | None = None,
-              selected: Collection[int] | None = None) -> go.Figure:
+              selected: Collection[int] | None = None, scale: str = "auto") -> go.Figure:
     """The trials in 3-D: accuracy (the first objective that is not a cost) x params x MAdds
     (stored costs where they are not objectives); styles as :func:`pareto_2d`, the
     ``selected`` trials ringed."""
@@ -307,6 +319,9 @@ def pareto_3d(data: StudyData, front: np.ndarray, *,
                     "line": {"color": COLORS["selected"], "width": 3}},
             customdata=_numbers(chosen.number), hovertext=_texts(labels.loc[chosen.index]),
             hoverinfo="text"))
+    for key, axis in zip(("xaxis", "yaxis", "zaxis"), axes, strict=True):
+        if _log_axis(axis, _axis_values(complete, axis).astype(float).to_numpy(), scale):
+            fig.update_scenes({f"{key}_type": "log"})
     return fig
 
 

@@ -45,6 +45,7 @@ URL, PAGE = "url", "page"
 STUDIES_TICK, STUDIES_TABLE = "studies-tick", "studies-table"
 STUDY, STUDY_TICK, SUMMARY = "study", "study-tick", "study-summary"
 PARETO_X, PARETO_Y, PARETO_2D, PARETO_3D = "pareto-x", "pareto-y", "pareto-2d", "pareto-3d"
+PARETO_SCALE = "pareto-scale"  # the front's axes: auto, linear or log (see figures.SCALES)
 PARETO_FORMAT, PARETO_BUTTON, PARETO_DOWNLOAD, PARETO_MESSAGE = (
     "pareto-format", "pareto-button", "pareto-download", "pareto-message")
 HYPERVOLUME, PARCOORDS, IMPORTANCE = "hypervolume", "parcoords", "importance"
@@ -217,6 +218,11 @@ def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequen
                                               clearable=False, style={"width": "200px"}),
                 html.Label("y"), dcc.Dropdown(_options(objectives), y, id=PARETO_Y,
                                               clearable=False, style={"width": "200px"}),
+                html.Label("params and MAdds axes"),
+                dcc.RadioItems([{"label": s, "value": s} for s in ("auto", "linear", "log")],
+                               "auto", id=PARETO_SCALE, inline=True,
+                               inputStyle={"marginRight": "4px"},
+                               labelStyle={"marginRight": "10px"}),
                 html.Span("Click a point to open its trial.", style={"color": "#666"}),
             ]),
             _graph(PARETO_2D, 520, front),

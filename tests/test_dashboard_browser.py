@@ -577,3 +577,39 @@ def test_linked_selection_from_table_front_and_axes(browser: Any, server: str, s
     _wait(lambda: browser.find_element(By.ID, "selection-note").text == "no trials selected",
           "the selection to clear")
     _shot(browser, "09-selection.png")
+
+
+# The axis types of the front and, if open, of the 3-D front's scene.
+_AXIS_TYPES = """
+const out = {};
+const gd = document.querySelector('#pareto-2d .js-plotly-plot');
+if (gd && gd._fullLayout) { out.x = gd._fullLayout.xaxis.type; out.y = gd._fullLayout.yaxis.type; }
+const g3 = document.querySelector('#pareto-3d .js-plotly-plot');
+if (g3 && g3._fullLayout && g3._fullLayout.scene) {
+  const s = g3._fullLayout.scene;
+  out.scene = [s.xaxis.type, s.yaxis.type, s.zaxis.type];
+}
+return out;
+"""
+
+
+def test_log_axes_for_params_and_madds(browser: Any, server: str) -> None:
+    """The front's params and MAdds axes switch to a log scale and back, on the 2-D front and
+    on the 3-D front; accuracy stays linear."""
+    browser.get(server + _study_path(NAME))
+    _wait(lambda: browser.execute_script(_TRACES), "the Pareto graph")
+    assert browser.execute_script(_AXIS_TYPES) == {"x": "linear", "y": "linear"}
+
+    def choose(scale: str) -> None:
+        browser.find_element(By.CSS_SELECTOR, f'#pareto-scale input[value="{scale}"]').click()
+
+    choose("log")
+    _wait(lambda: browser.execute_script(_AXIS_TYPES).get("x") == "log", "a log params axis")
+    assert browser.execute_script(_AXIS_TYPES)["y"] == "linear"  # accuracy
+    _open_view(browser, "3-D front")
+    _wait(lambda: browser.execute_script(_AXIS_TYPES).get("scene") == ["linear", "log", "log"],
+          "log params and MAdds axes in 3-D")
+    choose("linear")
+    _wait(lambda: browser.execute_script(_AXIS_TYPES) == {
+        "x": "linear", "y": "linear", "scene": ["linear", "linear", "linear"]},
+        "linear axes again")

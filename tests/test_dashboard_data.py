@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -431,6 +432,28 @@ def test_pareto_figures(view: StudyView) -> None:
     assert _points(fig3) == _points(fig)
     assert fig3.layout.scene.xaxis.title.text == "accuracy (higher is better)"
     assert fig3.layout.scene.zaxis.title.text == "MAdds (lower is better)"
+
+
+def test_log_axes_for_the_costs(view: StudyView) -> None:
+    """The front's params and MAdds axes are logarithmic when asked, linear when asked, and by
+    themselves when the values span more than 30x; accuracy never becomes logarithmic."""
+    def types(fig: Any) -> tuple[Any, Any]:
+        return fig.layout.xaxis.type, fig.layout.yaxis.type
+
+    assert types(pareto_2d(view.data, "params", "accuracy", view.front)) == (None, None)
+    assert types(pareto_2d(view.data, "params", "accuracy", view.front, scale="log")) == (
+        "log", None)
+    assert types(pareto_2d(view.data, "accuracy", "madds", view.front, scale="log")) == (
+        None, "log")
+    scene = pareto_3d(view.data, view.front, scale="log").layout.scene
+    assert (scene.xaxis.type, scene.yaxis.type, scene.zaxis.type) == (None, "log", "log")
+    wide = view.data.trials.copy()
+    wide.loc[wide.params.notna(), "params"] *= np.where(
+        wide.number[wide.params.notna()] % 2 == 0, 1.0, 100.0)
+    spread = dataclasses.replace(view.data, trials=wide)
+    assert types(pareto_2d(spread, "params", "accuracy", view.front)) == ("log", None)
+    assert types(pareto_2d(spread, "params", "accuracy", view.front, scale="linear")) == (
+        None, None)
 
 
 def test_other_figures(view: StudyView, engine: sa.Engine, study: EngineStudy) -> None:
