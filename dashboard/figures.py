@@ -105,9 +105,10 @@ def _number(value: Any, kind: Kind = "plain") -> str:
     return text(number(value, kind))
 
 
-def _column_text(column: pd.Series, prefix: str = "", kind: Kind = "plain") -> np.ndarray:
-    """A column as short escaped display strings ("-" where missing), each after ``prefix``;
-    every distinct value is formatted once."""
+def _column_text(column: pd.Series, prefix: str = "", kind: Kind = "plain",
+                 missing: str | None = "-") -> np.ndarray:
+    """A column as short escaped display strings (``missing`` where a value is missing; with
+    None, an empty string), each after ``prefix``; every distinct value is formatted once."""
     values = column.to_numpy(dtype=object)
     # Keyed by type too: True and 1 are equal (and hash alike) but read differently.
     keys = np.empty(len(values), dtype=object)
@@ -117,7 +118,8 @@ def _column_text(column: pd.Series, prefix: str = "", kind: Kind = "plain") -> n
     codes, uniques = pd.factorize(keys, use_na_sentinel=True)
     firsts = {code: i for i, code in reversed(list(enumerate(codes)))}
     labels = [prefix + _number(values[firsts[c]], kind) for c in range(len(uniques))]
-    return np.array([*labels, prefix + "-"], dtype=object)[codes]  # -1: missing, the last
+    absent = "" if missing is None else prefix + missing
+    return np.array([*labels, absent], dtype=object)[codes]  # -1: missing, the last
 
 
 def hover_labels(data: StudyData) -> pd.Series:
@@ -134,15 +136,19 @@ def hover_labels(data: StudyData) -> pd.Series:
 
 
 def _hover(df: pd.DataFrame, data: StudyData) -> list[str]:
-    columns = [c for c in data.objectives if c in df] + list(data.knobs)
-    names = [text(header(c)) for c in columns]
+    """Objectives ("-" where a trial has none), then the knobs the trial has (a knob that does
+    not apply to its architecture is left out), then its arch_id."""
+    objectives = [c for c in data.objectives if c in df]
     status = [f"<b>trial {n}</b> {'not trained: ' if s == Status.REJECTED else ''}{text(s)}"
               + (f"<br>{text(r[:120])}" if isinstance(r, str) and r else "")
               for n, s, r in zip(df.number, df.status, df.reason, strict=True)]
-    cells = [_column_text(df[column], f"{name} = ", kind_of(column, data.objectives))
-             for name, column in zip(names, columns, strict=True)]
+    cells = [_column_text(df[c], f"{text(header(c))} = ", kind_of(c, data.objectives))
+             for c in objectives]
+    cells += [_column_text(df[c], f"{text(header(c))} = ", kind_of(c, data.objectives),
+                           missing=None) for c in data.knobs]
     cells.append(_column_text(df.arch_id, header("arch_id") + " "))
-    return ["<br>".join(row) for row in zip(status, *cells, strict=True)]
+    return ["<br>".join(cell for cell in row if cell)
+            for row in zip(status, *cells, strict=True)]
 
 
 def _numbers(numbers: Any) -> np.ndarray:

@@ -44,6 +44,7 @@ __all__ = [
 URL, PAGE = "url", "page"
 STUDIES_TICK, STUDIES_TABLE = "studies-tick", "studies-table"
 STUDY, STUDY_TICK, SUMMARY = "study", "study-tick", "study-summary"
+PLOTLY_PRELOAD = "plotly-preload"
 PARETO_X, PARETO_Y, PARETO_2D, PARETO_3D = "pareto-x", "pareto-y", "pareto-2d", "pareto-3d"
 PARETO_SCALE = "pareto-scale"  # the front's axes: auto, linear or log (see figures.SCALES)
 PARETO_FORMAT, PARETO_BUTTON, PARETO_DOWNLOAD, PARETO_MESSAGE = (
@@ -97,6 +98,10 @@ def shell(storage_label: str, refresh_ms: int) -> html.Div:
             html.Span(f"refreshes every {refresh_ms / 1000:g} s", style={"color": "#666"}),
         ]),
         html.Main(id=PAGE),
+        # An empty graph in the frame itself: the browser fetches and compiles plotly.js while
+        # the server still builds the page, instead of after the page's figures arrive.
+        dcc.Graph(id=PLOTLY_PRELOAD, figure={"data": [], "layout": {}},
+                  style={"display": "none"}, config={"staticPlot": True}),
     ])
 
 

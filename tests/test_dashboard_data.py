@@ -424,6 +424,11 @@ def test_pareto_figures(view: StudyView) -> None:
     front = fig.data[1]
     assert sorted(front.customdata) == [1, 6]
     assert all("trial" in label and "groups = " in label for label in front.hovertext)
+    # A knob the architecture does not have (group_ffn with one group) is left out, not "-".
+    one_group = dict(zip(front.customdata, front.hovertext, strict=True))[1]
+    assert "groups = 1" in one_group and "group ffn" not in one_group
+    assert "group ffn = " in dict(zip(fig.data[0].customdata, fig.data[0].hovertext,
+                                      strict=True))[2]
     limit = [s for s in fig.layout.shapes if s.line.dash == "dash"]
     assert len(limit) == 1  # params_max
     rejected = fig.data[2]
