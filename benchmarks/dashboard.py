@@ -12,9 +12,10 @@ Then, side by side in one run, interleaved (so both see the same load on the mac
 ``--repeats`` times on a fresh app (nothing cached), reported as median, min and max:
 - the dashboard: the first full render of the study page, i.e. every callback the browser fires
   when it opens ``/study/<name>``, sent through Flask's test client exactly as the browser sends
-  them (the page route, the summary, 2-D and 3-D Pareto fronts, hypervolume history, parallel
-  coordinates, importance, knob effect, the trial table's first page and the comparison);
-  also the same views through the data, analysis and figure functions without Dash;
+  them (the page route with the 2-D front, the summary, the open view (hypervolume history),
+  the selection, the trial table's first page and the comparison; the other views are tabs,
+  computed when opened); also every view through the data, analysis and figure functions
+  without Dash;
 - optuna-dashboard (if installed: ``pip install optuna-dashboard``): ``GET
   /api/studies/<id>?after=0`` through a test client of ``optuna_dashboard.wsgi(storage)``, the
   request its front end makes to show a study;
@@ -60,7 +61,7 @@ def _fake_cost(arch: dict[str, Any]) -> dict[str, Any]:
     """A plausible MCAN-small cost: group-wise layers divide their part by k, WS divides again."""
     k = arch["groups"]
     attn = 4 * 512 * 512 * (1 + (arch["qk_multiplier"] - 1) / 2)
-    ffn = 2 * 512 * 2048
+    ffn = 2 * 512 * 2048.0
     if arch["group_attention"]:
         attn /= k * (k if arch["weight_sharing"] else 1)
     if arch["group_ffn"]:
@@ -263,17 +264,45 @@ poll();
 """
 
 
-def _serve(app: Any) -> tuple[Any, str]:
-    """``app`` (WSGI) on a loopback port in a thread: (server, base URL)."""
-    import logging
-    import threading
+# A server in its own process (requests a page left running must not slow the next one):
+# builds the WSGI app, prints its port once listening, serves until killed.
+_SERVER = """
+import logging, sys
+from werkzeug.serving import make_server
+url, which = sys.argv[1], sys.argv[2]
+if which == "ours":
+    from dashboard import create_app
+    app = create_app(url).server
+else:
+    import optuna, optuna_dashboard
+    app = optuna_dashboard.wsgi(optuna.storages.RDBStorage(url))
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
+httpd = make_server("127.0.0.1", 0, app, threaded=True)
+print(httpd.server_port, flush=True)
+httpd.serve_forever()
+"""
 
-    from werkzeug.serving import make_server
 
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    httpd = make_server("127.0.0.1", 0, app, threaded=True)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    return httpd, f"http://127.0.0.1:{httpd.server_port}"
+def _serve(url: str, which: str) -> tuple[Any, str]:
+    """A fresh server (``ours`` or optuna-dashboard's) for ``url`` in a subprocess:
+    (process, base URL)."""
+    import subprocess
+
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    process = subprocess.Popen([sys.executable, "-c", _SERVER, url, which], cwd=root, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert process.stdout is not None
+    port = process.stdout.readline().strip()
+    if not port.isdigit():
+        process.kill()
+        raise RuntimeError(f"the {which} server did not start")
+    return process, f"http://127.0.0.1:{port}"
+
+
+def _stop(process: Any) -> None:
+    process.kill()
+    process.wait(timeout=30)
 
 
 def _chromium() -> Any:
@@ -323,34 +352,31 @@ def _front_drawn(driver: Any, page: str, selector: str, timeout: float = 300.0) 
 def _browser_fronts(url: str, repeats: int) -> tuple[list[float], list[float]] | None:
     """(dashboard, optuna-dashboard) seconds until the front is drawn, each load on a fresh
     server; None without Chromium. optuna-dashboard's list is empty when it is missing."""
+    import importlib.util
+
     driver = _chromium()
     if driver is None:
         return None
-    from dashboard import create_app
     from dashboard.layout import study_href
 
-    try:
-        import optuna_dashboard
-    except ImportError:
-        optuna_dashboard = None
+    installed = importlib.util.find_spec("optuna_dashboard") is not None
     study_id = optuna.storages.RDBStorage(url).get_study_id_from_name(NAME)
     ours: list[float] = []
     theirs: list[float] = []
     try:
         for _ in range(repeats):
-            httpd, base = _serve(create_app(url).server)
+            process, base = _serve(url, "ours")
             try:
                 ours.append(_front_drawn(driver, base + study_href(NAME), "#pareto-2d"))
             finally:
-                httpd.shutdown()
-            if optuna_dashboard is not None:
-                app = optuna_dashboard.wsgi(optuna.storages.RDBStorage(url))
-                httpd, base = _serve(app)
+                _stop(process)
+            if installed:
+                process, base = _serve(url, "optuna-dashboard")
                 try:
                     theirs.append(_front_drawn(driver, f"{base}/dashboard/studies/{study_id}",
                                                "#graph-pareto-front"))
                 finally:
-                    httpd.shutdown()
+                    _stop(process)
     finally:
         driver.quit()
     return ours, theirs

@@ -34,6 +34,7 @@ import os
 import statistics
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ GEOMETRY = TaskGeometry("digits", "image", 10, image_size=32, in_chans=1)
 DIRECTIONS = ["maximize", "minimize", "minimize"]
 PARAMS_MAX = 2.0e5
 
-Point = tuple[int, list[float]]  # epochs consumed by then, objective values (None: none)
+Point = tuple[int, list[float] | None]  # epochs consumed by then, objective values (None: none)
 
 
 def _train(steps: int) -> dict[str, Any]:
@@ -78,8 +79,9 @@ def engine_arm(url: str, spec: StudySpec) -> list[Point]:
     with contextlib.redirect_stderr(io.StringIO()):
         run_study(run)
     trials = sorted(run.study.get_trials(deepcopy=False),
-                    key=lambda t: t.datetime_complete or t.datetime_start)
-    out, used = [], 0
+                    key=lambda t: t.datetime_complete or t.datetime_start or datetime.min)
+    out: list[Point] = []
+    used = 0
     for t in trials:
         status = t.user_attrs.get(TrialKey.STATUS)
         if status in (Status.COMPLETED, Status.STOPPED, Status.FAILED):
@@ -130,11 +132,12 @@ def tune_arm(tmp: Path, name: str, seed: int, trials: int, epochs: int,
                                     max_concurrent_trials=2),
         run_config=tune.RunConfig(name=name, storage_path=str(tmp / "tune"), verbose=0))
     grid = tuner.fit()
-    results = [r for r in grid if r.metrics]
-    results.sort(key=lambda r: r.metrics.get("timestamp", 0))
-    out, used = [], 0
+    results = [grid[i] for i in range(len(grid)) if grid[i].metrics]
+    results.sort(key=lambda r: (r.metrics or {}).get("timestamp", 0))
+    out: list[Point] = []
+    used = 0
     for r in results:
-        m = r.metrics
+        m = r.metrics or {}
         used += int(m.get("epoch", 0))
         feasible = m.get("params", np.inf) <= PARAMS_MAX
         out.append((used, [m["accuracy"], m["params"], m["madds"]] if feasible else None))
