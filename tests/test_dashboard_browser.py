@@ -613,3 +613,58 @@ def test_log_axes_for_params_and_madds(browser: Any, server: str) -> None:
     _wait(lambda: browser.execute_script(_AXIS_TYPES) == {
         "x": "linear", "y": "linear", "scene": ["linear", "linear", "linear"]},
         "linear axes again")
+
+
+def _choose(browser: Any, dropdown: str, value: str) -> None:
+    """Open the Dash dropdown ``dropdown`` and click its option ``value``."""
+    box = browser.find_element(By.ID, dropdown)
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", box)
+    box.click()
+    option = _wait(lambda: next((o for o in browser.find_elements(
+        By.CSS_SELECTOR, "label.dash-dropdown-option") if o.find_elements(
+        By.CSS_SELECTOR, f'input[value="{value}"]')), None), f"the option {value!r}")
+    option.click()
+
+
+def test_compare_on_one_reference_point(browser: Any, server: str, study_url: str) -> None:
+    """Two studies' fronts overlay with both hypervolumes against one shared reference point,
+    so equal trials give equal numbers although the studies store different references; studies
+    with different objectives say they do not compare."""
+    copy, two = f"{NAME}-copy", f"{NAME}-two-objectives"
+    optuna.copy_study(from_study_name=NAME, from_storage=study_url, to_storage=study_url,
+                      to_study_name=copy)
+    other = optuna.create_study(storage=study_url, study_name=two,
+                                directions=["maximize", "minimize"])
+    other.set_user_attr("nas.objectives", ["accuracy", "params"])
+    for accuracy, params in ((0.5, 20_000), (0.7, 40_000), (0.6, 50_000)):
+        other.add_trial(optuna.trial.create_trial(values=[accuracy, params]))
+    try:
+        stored = optuna.load_study(study_name=NAME, storage=study_url).user_attrs[
+            "nas.reference"]
+        copied = optuna.load_study(study_name=copy, storage=study_url)
+        looser = [stored[0] / 2, stored[1] * 3, stored[2] * 3]  # less demanding on each
+        copied.set_user_attr("nas.reference", looser)
+        browser.get(server + _study_path(NAME))
+        _wait(lambda: browser.execute_script(_TRACES), "the Pareto graph")
+        _choose(browser, "compare-with", copy)
+        title = _wait(lambda: next((t.text for t in browser.find_elements(
+            By.CSS_SELECTOR, "#compare .gtitle") if "hypervolume" in t.text), None),
+            "the comparison's title")
+        head, point = title.split("on one reference point")
+        volumes = dict(re.findall(r"(\S+) (\d\.\d{4})", head))
+        assert set(volumes) == {NAME, copy} and volumes[NAME] == volumes[copy], title
+        assert f"accuracy {looser[0]:.4f}" in point, title  # the least demanding reference
+        legend = browser.execute_script(
+            "return Array.from(document.querySelectorAll('#compare .legendtext'))"
+            ".map(e => e.textContent)")
+        assert any(t.startswith(f"{copy}: front") for t in legend), legend
+        # A study on two of the three objectives: overlaid, but its hypervolume is another's.
+        _choose(browser, "compare-with", two)
+        _wait(lambda: any("do not compare" in t.text for t in browser.find_elements(
+            By.CSS_SELECTOR, "#compare .gtitle")), "the note that the studies do not compare")
+        assert any(t.startswith(f"{two}: front") for t in browser.execute_script(
+            "return Array.from(document.querySelectorAll('#compare .legendtext'))"
+            ".map(e => e.textContent)"))
+    finally:
+        optuna.delete_study(study_name=copy, storage=study_url)
+        optuna.delete_study(study_name=two, storage=study_url)
