@@ -202,9 +202,7 @@ def _register_pages(app: dash.Dash, reader: _Reader, refresh_ms: int) -> None:
             promoted = bool(info.attrs.get(StudyKey.PROMOTED_FROM)
                             or info.attrs.get(StudyKey.PROMOTIONS))
             x, y = layout.front_axes(info.objectives)
-            front = (figures.pareto_2d(view.data, x, y, view.front,
-                                       labels=view.memo("hover",
-                                                        lambda: figures.hover_labels(view.data)))
+            front = (figures.pareto_2d(view.data, x, y, view.front, labels=_hover(view))
                      if x is not None and y is not None else None)
             return layout.study_page(info, view.data, version, others=others,
                                      formats=_formats(_family(info)), refresh_ms=refresh_ms,
@@ -242,9 +240,6 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
     def view(data: dict[str, Any]) -> StudyView:
         return reader.view(data["name"], data.get("version"))
 
-    def labels(v: StudyView) -> Any:
-        return v.memo("hover", lambda: figures.hover_labels(v.data))
-
     @app.callback(Output(layout.STUDY, "data"), Input(layout.STUDY_TICK, "n_intervals"),
                   State(layout.STUDY, "data"), prevent_initial_call=True)
     @_guarded(lambda message: no_update)
@@ -269,7 +264,7 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
     def pareto_2d(data: dict[str, Any], x: str, y: str, selection: dict[str, Any] | None,
                   scale: str | None) -> Any:
         v = view(data)
-        figure = figures.pareto_2d(v.data, x, y, v.front, labels=labels(v),
+        figure = figures.pareto_2d(v.data, x, y, v.front, labels=_hover(v),
                                    selected=_numbers(selection), scale=scale or "auto")
         # A new selection redraws the front only: the views do not wait on it again.
         drawn = no_update if ctx.triggered_id in (layout.SELECTED, layout.PARETO_SCALE) else \
@@ -420,6 +415,11 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
         return layout.trial_href(data["name"], int(number))
 
 
+def _hover(v: StudyView) -> Any:
+    """The study's hover labels, built once per version and shared by the Pareto views."""
+    return v.memo("hover", lambda: figures.hover_labels(v.data))
+
+
 #: The views that draw the page's selection.
 _SELECTABLE_VIEWS = (layout.PARETO_3D, layout.PARCOORDS)
 
@@ -454,7 +454,7 @@ def _view_figure(reader: _Reader, v: StudyView, tab: str, knob: str | None,
         return figures.hypervolume_history(*v.curve)
     if tab == layout.PARETO_3D:
         return figures.pareto_3d(data, v.front,
-                                 labels=v.memo("hover", lambda: figures.hover_labels(data)),
+                                 labels=_hover(v),
                                  selected=selected, scale=scale)
     if tab == layout.PARCOORDS:
         return figures.parallel_coordinates(data, selected=selected, ranges=ranges)

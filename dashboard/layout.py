@@ -15,6 +15,7 @@ from dash import dcc, html
 from dash.dash_table.DataTable import DataTable
 
 from dashboard.data import UNFINISHED, StudyData, StudyInfo
+from dashboard.figures import SCALES
 from dashboard.formatting import header, kind_of, number
 from studies.keys import Status, TrialKey
 
@@ -46,7 +47,7 @@ STUDIES_TICK, STUDIES_TABLE = "studies-tick", "studies-table"
 STUDY, STUDY_TICK, SUMMARY = "study", "study-tick", "study-summary"
 PLOTLY_PRELOAD = "plotly-preload"
 PARETO_X, PARETO_Y, PARETO_2D, PARETO_3D = "pareto-x", "pareto-y", "pareto-2d", "pareto-3d"
-PARETO_SCALE = "pareto-scale"  # the front's axes: auto, linear or log (see figures.SCALES)
+PARETO_SCALE = "pareto-scale"  # the fronts' params and MAdds axes: one of figures.SCALES
 PARETO_FORMAT, PARETO_BUTTON, PARETO_DOWNLOAD, PARETO_MESSAGE = (
     "pareto-format", "pareto-button", "pareto-download", "pareto-message")
 HYPERVOLUME, PARCOORDS, IMPORTANCE = "hypervolume", "parcoords", "importance"
@@ -224,7 +225,7 @@ def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequen
                 html.Label("y"), dcc.Dropdown(_options(objectives), y, id=PARETO_Y,
                                               clearable=False, style={"width": "200px"}),
                 html.Label("params and MAdds axes"),
-                dcc.RadioItems([{"label": s, "value": s} for s in ("auto", "linear", "log")],
+                dcc.RadioItems([{"label": s, "value": s} for s in SCALES],
                                "auto", id=PARETO_SCALE, inline=True,
                                inputStyle={"marginRight": "4px"},
                                labelStyle={"marginRight": "10px"}),
