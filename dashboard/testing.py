@@ -89,25 +89,25 @@ def first_render(client: Any, app: dash.Dash, pathname: str) -> list[CallbackRes
             props[id_] = c["props"]
     initial = {spec["output"]: spec.get("prevent_initial_call", False)
                for spec in app._callback_list}
+
+    def on_page(spec: dict[str, Any]) -> bool:  # every input is a component of the page
+        return all(isinstance(i["id"], str) and i["id"] in props for i in spec["inputs"])
+
+    def values(spec: dict[str, Any]) -> dict[str, Any]:  # its inputs' and states' values
+        return {f"{i['id']}.{i['property']}": props[i["id"]].get(i["property"])
+                for i in [*spec["inputs"], *spec["state"]] if i["id"] in props}
+
     for key, spec in app.callback_map.items():
-        ids = [i["id"] for i in spec["inputs"]]
-        if key == "page.children" or initial.get(key) or not all(
-                isinstance(i, str) and i in props for i in ids):
-            continue
-        values = {f"{i['id']}.{i['property']}": props[i["id"]].get(i["property"])
-                  for i in [*spec["inputs"], *spec["state"]] if i["id"] in props}
-        results.append(post_callback(client, callback_body(app, key, values)))
+        if key != "page.children" and not initial.get(key) and on_page(spec):
+            results.append(post_callback(client, callback_body(app, key, values(spec))))
+    # One step of chaining: the callbacks those answers trigger.
     changed = {f"{id_}.{prop}": value for r in results[1:] if r.response
                for id_, out in r.response.get("response", {}).items() if isinstance(id_, str)
                for prop, value in out.items()}
     for key, spec in app.callback_map.items():
         inputs = [f"{i['id']}.{i['property']}" for i in spec["inputs"]]
-        if not initial.get(key) or not any(i in changed for i in inputs) or not all(
-                isinstance(i["id"], str) and i["id"] in props for i in spec["inputs"]):
-            continue
-        values = {f"{i['id']}.{i['property']}": props[i["id"]].get(i["property"])
-                  for i in [*spec["inputs"], *spec["state"]] if i["id"] in props}
-        trigger = next(i for i in inputs if i in changed)
-        results.append(post_callback(client, callback_body(app, key, {**values, **changed},
-                                                           changed=trigger)))
+        trigger = next((i for i in inputs if i in changed), None)
+        if initial.get(key) and trigger is not None and on_page(spec):
+            results.append(post_callback(client, callback_body(
+                app, key, {**values(spec), **changed}, changed=trigger)))
     return results

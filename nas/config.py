@@ -27,6 +27,8 @@ __all__ = [
     "ArchConfig",
     "AttentionSharing",
     "Family",
+    "drop_rate",
+    "groups_split_heads",
     "stack_depths",
 ]
 
@@ -38,6 +40,18 @@ _SHARINGS: tuple[str, ...] = by_name("attention_sharing").choices  # AttentionSh
 #: paper's (MCAN, ORT and LXMERT train with 0.1), timm's for the vision families (DeiT and Swin
 #: use none).
 DROP_RATE: dict[str, float] = {"mcan": 0.1, "ort": 0.1, "lxmert": 0.1, "vit": 0.0, "swin": 0.0}
+
+
+def drop_rate(family: str, value: float | None = None) -> float:
+    """The dropout a run of ``family`` uses: ``value``, or the family's own when it is None."""
+    return DROP_RATE[family] if value is None else float(value)
+
+
+def groups_split_heads(family: str) -> bool:
+    """Whether ``family``'s group-wise attention puts whole heads in each group (the LW papers'
+    G-MHA: ``heads % groups == 0``). Swin (LW-Swin) groups its projections by channels only, so
+    a head may span groups there and only the widths must divide by ``groups``."""
+    return family != "swin"
 
 # The stacks of each family, in order, with the config key holding each stack's depth.
 _STACKS: dict[str, dict[str, str]] = {
@@ -196,10 +210,9 @@ class ArchConfig:
         d, ff, h, k = self.d_model, self.d_ff, self.heads, self.groups
         if d % h:
             raise ConfigError(f"`d_model % heads == 0` must hold, but got d_model={d}, heads={h}.")
-        # swin (LW-Swin): the projections are grouped by channels, a head may span groups, so
-        # groups need not divide the heads; stage i is d * 2**i wide, so divisibility carries over.
-        checked = (("d_model", d), ("d_ff", ff)) + ((("heads", h),) if self.family != "swin"
-                                                   else ())
+        # swin: stage i is d * 2**i wide, so divisibility carries over to every stage.
+        checked = (("d_model", d), ("d_ff", ff)) + ((("heads", h),)
+                                                   if groups_split_heads(self.family) else ())
         for name, value in checked:
             if value % k:
                 raise ConfigError(

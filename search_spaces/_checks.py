@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from nas.config import LIMITS, ArchConfig, stack_depths
+from nas.config import LIMITS, ArchConfig, groups_split_heads, stack_depths
 from nas.errors import ConfigError
 from nas.sharing import parse_pattern
 from search_spaces._distributions import (
@@ -239,8 +239,7 @@ def _check_widths(base: ArchConfig, arch: Mapping[str, Distribution]) -> None:
                     )
             for rule, ok, vals in (
                 ("d_model % heads == 0", d % h == 0, f"d_model={d}, heads={h}"),
-                # swin groups by channels (LW-Swin): a head may span groups
-                ("heads % groups == 0", h % g == 0 or base.family == "swin",
+                ("heads % groups == 0", h % g == 0 or not groups_split_heads(base.family),
                  f"heads={h}, groups={g}"),
                 ("d_model % groups == 0", d % g == 0, f"d_model={d}, groups={g}"),
                 ("d_ff % groups == 0", ff % g == 0, f"d_ff={ff}, groups={g}"),

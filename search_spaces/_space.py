@@ -17,7 +17,7 @@ from typing import Any
 
 from optuna.trial import BaseTrial, FixedTrial
 
-from nas.config import DROP_RATE, ArchConfig, stack_depths
+from nas.config import ArchConfig, drop_rate, stack_depths
 from nas.errors import ConfigError
 from nas.presets import PRESETS, get_preset
 from search_spaces._checks import check_arch, depth_label, parse_arch, parse_train
@@ -330,9 +330,8 @@ class SearchSpace:
                 out[key] = train[key]
             else:  # what the trainer would use: its default (dropout: the family's own)
                 default = train_fields()[key][1]
-                if key == "dropout" and default is None:
-                    default = DROP_RATE[family]
-                out[key] = dist.nearest(default)
+                out[key] = dist.nearest(drop_rate(family, default) if key == "dropout"
+                                        else default)
         return out
 
     def _check_rebuilds(self, config: ArchConfig, params: dict[str, Any]) -> None:

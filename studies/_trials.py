@@ -18,6 +18,7 @@ from nas.errors import NasError
 from nas.tasks import TaskGeometry
 from search_spaces import SearchSpace
 from studies.keys import COUNTED_EXCLUDED, Status, TrialKey
+from studies.smoke import Smoke
 from studies.spec import StudySpec
 from studies.storage import session, set_trial_user_attrs
 
@@ -49,11 +50,12 @@ def base_settings(spec: StudySpec) -> dict[str, Any]:
     return spec.smoke.train(settings) if spec.smoke else settings
 
 
-def suggest(spec: StudySpec, space: SearchSpace, trial: Any) -> tuple[ArchConfig, dict[str, Any]]:
+def suggest(space: SearchSpace, trial: Any, smoke: Smoke | None) -> tuple[ArchConfig,
+                                                                        dict[str, Any]]:
     """The architecture and training overrides ``space`` draws for ``trial``, shrunk to the
-    study's smoke scale when it has one (``studies.smoke``)."""
+    study's smoke scale when it has one (``StudySpec.smoke``, ``studies.smoke``)."""
     config, train = space.suggest(trial)
-    return (spec.smoke.shrink(config) if spec.smoke else config), train
+    return (smoke.shrink(config) if smoke else config), train
 
 
 def counted_trials(trials: list[optuna.trial.FrozenTrial]) -> int:

@@ -266,7 +266,7 @@ def check_space(spec: StudySpec, space: SearchSpace, geometry: TaskGeometry,
     for _ in range(samples):
         trial = study.ask()
         try:
-            config, overrides = suggest(spec, space, trial)
+            config, overrides = suggest(space, trial, spec.smoke)
             TrainConfig.from_dict({**base, **overrides})
         except NasError as exc:
             raise ConfigError(f"Search space {space.name!r}: {exc}") from None
@@ -307,8 +307,7 @@ def largest_cost(space: SearchSpace, geometry: TaskGeometry,
     costs: dict[str, int] = {}
 
     def size(params: dict[str, Any]) -> int:
-        config, _ = space.suggest(FixedTrial({**params, **train}))
-        config = smoke.shrink(config) if smoke else config
+        config, _ = suggest(space, FixedTrial({**params, **train}), smoke)
         if config.arch_id not in costs:
             costs[config.arch_id] = int(getattr(estimate_cost(config, geometry), key))
         return costs[config.arch_id]

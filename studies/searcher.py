@@ -301,7 +301,7 @@ class StudySearcher(Searcher):
         with session(run.storage.url):
             trial = run.study.ask()
         try:
-            config, train_overrides = suggest(spec, run.space, trial)
+            config, train_overrides = suggest(run.space, trial, spec.smoke)
             cost = self.costs.get(config.arch_id) or _estimate_cost(config, self.geometry)
         except NasError as exc:  # a space that lets an invalid config through: record, go on
             self._reject(trial, str(exc), {})

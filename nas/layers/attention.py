@@ -63,9 +63,11 @@ class Attention(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        if dim % num_heads or (heads_in_groups and num_heads % groups):
+        rules = ["dim % num_heads == 0"] + (["num_heads % groups == 0"] if heads_in_groups
+                                            else ["dim % groups == 0"])
+        if dim % num_heads or (num_heads if heads_in_groups else dim) % groups:
             raise ValueError(
-                f"`dim % num_heads == 0` and `num_heads % groups == 0` must hold, but got "
+                f"{' and '.join(f'`{r}`' for r in rules)} must hold, but got "
                 f"{dim=}, {num_heads=}, {groups=}."
             )
         if sharing in ("kv", "qv") and qk_multiplier != 1:

@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import torch
 
-from nas.config import DROP_RATE, ArchConfig
+from nas.config import ArchConfig
+from nas.config import drop_rate as family_drop_rate
 from nas.models.base import FamilyModel
 from nas.tasks import DEFAULT_TASK, TaskGeometry, check_task_fits, get_geometry
 
@@ -50,5 +51,5 @@ def create_model(
     geometry = resolve_task(config, task)
     module = importlib.import_module(_BUILDERS[config.family])
     build: Callable[..., FamilyModel] = module.build
-    dropout = DROP_RATE[config.family] if drop_rate is None else float(drop_rate)
-    return build(config, geometry, device=device, dtype=dtype, dropout=dropout)
+    return build(config, geometry, device=device, dtype=dtype,
+                 dropout=family_drop_rate(config.family, drop_rate))

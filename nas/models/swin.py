@@ -23,7 +23,7 @@ from timm.models.swin_transformer import (
 )
 from torch import nn
 
-from nas.config import ArchConfig, AttentionSharing
+from nas.config import ArchConfig, AttentionSharing, groups_split_heads
 from nas.layers import Attention, FeedForward
 from nas.layers.attention import Cache
 from nas.models.base import attention_knobs, ffn_knobs
@@ -78,7 +78,8 @@ class WindowAttention(Attention):
         super().__init__(
             dim, num_heads, groups=groups, merge_groups=merge_groups,
             weight_sharing=weight_sharing, qk_multiplier=qk_multiplier, sharing=sharing,
-            qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop, heads_in_groups=False,
+            qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
+            heads_in_groups=groups_split_heads("swin"),
             device=device,
             dtype=dtype,
         )

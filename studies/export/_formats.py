@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from nas.config import DROP_RATE
+from nas.config import drop_rate
 from nas.errors import NasError
 from nas.knobs import KNOBS, dense_values
 from nas.timm_registry import timm_model_args
@@ -252,12 +252,6 @@ def _openvqa_limits(record: TrialRecord) -> list[str]:
     return notes
 
 
-def _dropout(record: TrialRecord, family: str) -> float:
-    """The dropout the trial trained with: its ``dropout`` setting, else the family's own."""
-    value = record.train.get("dropout")
-    return float(DROP_RATE[family] if value is None else value)
-
-
 def openvqa_config(record: TrialRecord) -> dict[str, Any]:
     """MCAN / OpenVQA config keys as OpenVQA's code reads them (``clients.OPENVQA_KEYS``),
     LW-Transformer's group keys, then ours (see the README)."""
@@ -273,7 +267,7 @@ def openvqa_config(record: TrialRecord) -> dict[str, Any]:
         "MODEL_USE": "lwtransformer" if grouped else "mcan",
         "LAYER": a.encoder_layers,  # MCAN builds LAYER SA and LAYER SGA layers (checked equal)
         "HIDDEN_SIZE": a.d_model, "FF_SIZE": a.d_ff, "MULTI_HEAD": a.heads,
-        "DROPOUT_R": _dropout(record, "mcan"),
+        "DROPOUT_R": drop_rate("mcan", record.train.get("dropout")),
         "FLAT_MLP_SIZE": a.d_model, "FLAT_GLIMPSES": 1, "FLAT_OUT_SIZE": 2 * a.d_model,
         "WORD_EMBED_SIZE": 300, "USE_BBOX_FEAT": False, "BBOXFEAT_EMB_SIZE": 2048,
         "USE_AUX_FEAT": False, "FEAT_SIZE": feat,
