@@ -20,6 +20,7 @@ from search_spaces import SearchSpace
 from studies.keys import COUNTED_EXCLUDED, Status, TrialKey
 from studies.smoke import Smoke
 from studies.spec import StudySpec
+from studies.stored import StudyAttrs
 from studies.storage import session, set_trial_user_attrs
 
 __all__ = ["Evaluator", "StudyRun", "base_settings", "counted_trials", "mark_interrupted",
@@ -38,6 +39,7 @@ class StudyRun:
     study: optuna.Study
     storage: optuna.storages.RDBStorage
     geometry: TaskGeometry | None = None
+    attrs: StudyAttrs | None = None  # the stored study attributes, typed (a loaded study)
 
 
 def base_settings(spec: StudySpec) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from studies.samplers import make_sampler
 from studies.smoke import Smoke
 from studies.spec import StudySpec
 from studies.storage import open_storage, resolve_storage_url, session, set_trial_user_attrs
+from studies.stored import guarded, inert, parsed_trials, study_attrs
 
 __all__ = [
     "StudyRun",
@@ -405,23 +406,26 @@ def load_existing(name: str, storage: optuna.storages.RDBStorage | str | None = 
             raise UnknownStudyError(name, url, names)
         storage = open_storage(url, read_only=not write)
     with session(storage.url):
-        study = optuna.load_study(study_name=name, storage=storage)
-        attrs = study.user_attrs
-        n_trials = len(study.get_trials(deepcopy=False))  # every stored value parses
-    if StudyKey.SPEC not in attrs:
-        raise NasError(f"Study {name!r} was not created by nas (it has no stored study file).")
-    spec = StudySpec.from_dict(attrs[StudyKey.SPEC])
-    space = SearchSpace.from_dict(attrs[StudyKey.SPACE])
-    if space.hash != attrs.get(StudyKey.SPACE_HASH):
+        study, raw, trials = guarded(storage.engine, name, lambda: _read(storage, name))
+    attrs = study_attrs(name, raw, len(study.directions))
+    parsed_trials(name, trials)  # every trial's stored attributes parse
+    spec = attrs.require_spec()
+    assert attrs.space is not None  # study_attrs(full=True) with a spec
+    space = attrs.space
+    if space.hash != attrs.space_hash:
         raise ConfigError(
-            f"Study {name!r}: its stored search space now hashes to {space.hash}, not "
-            f"{attrs.get('nas.space_hash')} as when it was created (the meaning of a knob "
-            "changed between versions); resuming would mix two spaces. Start a new study."
+            f"Study {inert(name)!r}: its stored search space now hashes to {space.hash}, not "
+            f"{attrs.space_hash} as when it was created (the meaning of a knob changed between "
+            "versions); resuming would mix two spaces. Start a new study."
         )
-    study.sampler = make_sampler(spec.sampler, spec.seed + n_trials)
-    stored = attrs.get(StudyKey.GEOMETRY)
-    geometry = TaskGeometry(**stored) if isinstance(stored, dict) else None
-    return StudyRun(spec, space, study, storage, geometry=geometry)
+    study.sampler = make_sampler(spec.sampler, spec.seed + len(trials))
+    return StudyRun(spec, space, study, storage, geometry=attrs.geometry, attrs=attrs)
+
+
+def _read(storage: optuna.storages.RDBStorage, name: str) -> tuple[
+        optuna.Study, dict[str, Any], list[optuna.trial.FrozenTrial]]:
+    study = optuna.load_study(study_name=name, storage=storage)
+    return study, study.user_attrs, study.get_trials(deepcopy=False)
 
 
 def close_interrupted(run: StudyRun, *, reason: str = "the process running the study stopped "

@@ -37,6 +37,7 @@ from studies.keys import StudyKey, TrialKey
 from studies.pareto import nondominated_mask, to_minimization
 from studies.spec import StudySpec
 from studies.storage import session
+from studies.stored import trial_attrs
 
 __all__ = ["DEFAULT_TOP", "EPOCH_FACTOR", "Plan", "fidelity", "plan_promotion", "promote",
            "promoted_pairs", "rank_agreement", "record_fidelity", "select_trials"]
@@ -94,12 +95,19 @@ def select_trials(trials: Sequence[FrozenTrial], directions: Sequence[str], accu
 
 
 def fidelity(trials: Sequence[FrozenTrial], objective_names: Sequence[str], *, epochs: int,
-             task: str, proxy_epochs: int | None = None) -> dict[str, Any]:
-    """The rank agreement of a promoted study's completed trials (``StudyKey.FIDELITY``)."""
-    accuracy = list(objective_names).index("accuracy")
-    pairs = [(float(t.user_attrs[TrialKey.SOURCE_VALUE]), float(t.values[accuracy]))
-             for t in trials if t.state == TrialState.COMPLETE
-             and t.user_attrs.get(TrialKey.SOURCE_VALUE) is not None]
+             task: str, proxy_epochs: int | None = None, study: str = "") -> dict[str, Any]:
+    """The rank agreement of a promoted study's completed trials (``StudyKey.FIDELITY``);
+    ``study`` names the study in the error about a stored value that does not parse."""
+    names = list(objective_names)
+    pairs: list[tuple[float, float]] = []
+    if "accuracy" in names:  # a study promote made has one; a foreign one may not
+        accuracy = names.index("accuracy")
+        for t in trials:
+            if t.state != TrialState.COMPLETE or t.values is None:
+                continue
+            proxy = trial_attrs(study, t.number, t.user_attrs).source_value
+            if proxy is not None:
+                pairs.append((proxy, float(t.values[accuracy])))
     tau, rho = rank_agreement([p for p, _ in pairs], [q for _, q in pairs])
     return {"kendall_tau": tau, "spearman_rho": rho, "pairs": len(pairs), "epochs": epochs,
             "task": task, "proxy_epochs": proxy_epochs}
@@ -217,7 +225,8 @@ def record_fidelity(run: StudyRun) -> None:
         stored = run.study.user_attrs.get(StudyKey.FIDELITY) or {}
         trials = run.study.get_trials(deepcopy=False)
         result = fidelity(trials, run.spec.objective_names, epochs=run.spec.fidelity.epochs,
-                          task=run.spec.task, proxy_epochs=stored.get("proxy_epochs"))
+                          task=run.spec.task, proxy_epochs=stored.get("proxy_epochs"),
+                          study=run.spec.name)
         run.study.set_user_attr(StudyKey.FIDELITY, result)
 
 

@@ -13,19 +13,34 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from studies._trials import base_settings
+from nas.errors import NasError
+from studies._trials import StudyRun, base_settings
 from studies.engine import LEASE_STALE_AFTER, counted_trials, load_existing
-from studies.keys import StudyKey, TrialKey
+from studies.keys import StudyKey
 from studies.lease import is_stale, read_owner
 from studies.pareto import fill_reference, normalized_hypervolume
-from studies.storage import open_storage, resolve_storage_url, session, study_names
+from studies.storage import (
+    UnknownStudyError,
+    open_storage,
+    resolve_storage_url,
+    session,
+    study_names,
+)
+from studies.stored import (
+    StoredValueError,
+    StudyAttrs,
+    guarded,
+    parsed_trials,
+    study_attrs,
+    trial_attrs,
+)
 
 __all__ = ["list_studies", "pareto_trials", "study_status"]
 
 
-def _objective_names(study: optuna.Study) -> list[str]:
-    names = study.user_attrs.get(StudyKey.OBJECTIVES)
-    return list(names) if names else [f"objective_{i}" for i in range(len(study.directions))]
+def _attrs(run: StudyRun) -> StudyAttrs:
+    assert run.attrs is not None  # a study loaded by load_existing
+    return run.attrs
 
 
 def _directions(study: optuna.Study) -> list[str]:
@@ -47,22 +62,23 @@ def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
     for a study created before references were stored, derived from its trials: see
     ``studies.pareto``)."""
     run = load_existing(name, storage_url)
-    study = run.study
-    with session(run.storage.url):
-        trials = study.get_trials(deepcopy=False)
+    study, attrs = run.study, _attrs(run)
+    trials = _trials(run)
+    parsed = parsed_trials(name, trials)
     owner = read_owner(run.storage.engine, name)
     if owner is not None and is_stale(owner, stale_after=LEASE_STALE_AFTER):
         owner = None
     states = Counter(t.state.name.lower() for t in trials)
-    statuses = Counter(t.user_attrs.get(TrialKey.STATUS, t.state.name.lower()) for t in trials)
-    names, directions = _objective_names(study), _directions(study)
+    statuses = Counter(p.status or t.state.name.lower() for t, p in zip(trials, parsed,
+                                                                       strict=True))
+    names, directions = list(attrs.objectives), _directions(study)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     best: dict[str, float | None] = {}
     for i, (n, d) in enumerate(zip(names, directions, strict=True)):
         vals = [t.values[i] for t in complete]
         best[n] = (max(vals) if d == "maximize" else min(vals)) if vals else None
     values = [t.values for t in complete]
-    stored = study.user_attrs.get(StudyKey.REFERENCE)
+    stored = list(attrs.reference) if attrs.reference is not None else None
     reference = fill_reference(stored, values, directions)
     times = [t.datetime_complete or t.datetime_start for t in trials]
     last = max((x for x in times if x is not None), default=None)
@@ -80,39 +96,45 @@ def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
         "train_searched": {k: d.to_dict() for k, d in run.space.train.items()},
         "last_activity": last.isoformat() if last else None,
         "owner": owner.to_dict() if owner is not None else None,
-        "tune_dir": study.user_attrs.get(StudyKey.TUNE_DIR),
-        "promoted_from": study.user_attrs.get(StudyKey.PROMOTED_FROM),
-        "fidelity": (_fidelity(study, trials) if study.user_attrs.get(StudyKey.PROMOTED_FROM)
-                     else None),
-        "promotions": _promotions(study, run.storage),
+        "tune_dir": attrs.tune_dir,
+        "promoted_from": attrs.promoted_from,
+        "fidelity": _fidelity(attrs, trials) if attrs.promoted_from else None,
+        "promotions": _promotions(attrs, run.storage),
     }
 
 
-def _fidelity(study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) -> dict[str, Any]:
+def _trials(run: StudyRun) -> list[optuna.trial.FrozenTrial]:
+    with session(run.storage.url):
+        return guarded(run.storage.engine, run.spec.name,
+                       lambda: run.study.get_trials(deepcopy=False))
+
+
+def _fidelity(attrs: StudyAttrs, trials: list[optuna.trial.FrozenTrial]) -> dict[str, Any]:
     """A promoted study's rank agreement, from its trials as they stand (a run cut short and
     resumed included)."""
     from studies.promote import fidelity
-    from studies.spec import StudySpec
 
-    spec = StudySpec.from_dict(study.user_attrs[StudyKey.SPEC])
-    stored = study.user_attrs.get(StudyKey.FIDELITY) or {}
-    return fidelity(trials, _objective_names(study), epochs=spec.fidelity.epochs,
-                    task=spec.task, proxy_epochs=stored.get("proxy_epochs"))
+    spec = attrs.require_spec()
+    proxy_epochs = (attrs.fidelity or {}).get("proxy_epochs")
+    if proxy_epochs is not None and (isinstance(proxy_epochs, bool)
+                                     or not isinstance(proxy_epochs, int)):
+        raise StoredValueError(attrs.name, StudyKey.FIDELITY, "holds a `proxy_epochs` that is "
+                               "not an integer")
+    return fidelity(trials, list(attrs.objectives), epochs=spec.fidelity.epochs,
+                    task=spec.task, proxy_epochs=proxy_epochs, study=attrs.name)
 
 
-def _promotions(study: optuna.Study, storage: optuna.storages.RDBStorage) -> list[dict[str, Any]]:
-    """The studies promoted from ``study``, each with its rank agreement (a deleted one with
+def _promotions(attrs: StudyAttrs, storage: optuna.storages.RDBStorage) -> list[dict[str, Any]]:
+    """The studies promoted from this one, each with its rank agreement (a deleted one with
     ``missing``)."""
     out: list[dict[str, Any]] = []
-    for name in study.user_attrs.get(StudyKey.PROMOTIONS) or []:
-        with session(storage.url):
-            try:
-                promoted = optuna.load_study(study_name=name, storage=storage)
-            except KeyError:
-                out.append({"name": name, "missing": True})
-                continue
-            trials = promoted.get_trials(deepcopy=False)
-        out.append({"name": name, **_fidelity(promoted, trials)})
+    for name in attrs.promotions:
+        try:
+            promoted = load_existing(name, storage)
+        except UnknownStudyError:
+            out.append({"name": name, "missing": True})
+            continue
+        out.append({"name": name, **_fidelity(_attrs(promoted), _trials(promoted))})
     return out
 
 
@@ -128,29 +150,44 @@ def list_studies(storage_url: str | None = None) -> list[dict[str, Any]]:
     """Name, task, trial counts and last activity of every study in the database (none in a
     database without Optuna's tables)."""
     url = resolve_storage_url(storage_url)
-    if not study_names(url):
+    names = study_names(url)
+    if not names:
         return []
     storage = open_storage(url, read_only=True)
-    with session(storage.url):
-        summaries = optuna.study.get_all_study_summaries(storage, include_best_trial=False)
-    out = []
-    for s in summaries:
-        spec = s.user_attrs.get(StudyKey.SPEC, {})
-        out.append({"name": s.study_name, "task": (spec.get("task") or {}).get("name"),
-                    "trials": s.n_trials,
-                    "started": s.datetime_start.isoformat() if s.datetime_start else None})
-    return out
+    return [_summary(storage, name) for name in names]
+
+
+def _summary(storage: optuna.storages.RDBStorage, name: str) -> dict[str, Any]:
+    """One study's row of the listing; a study whose stored values do not parse is listed
+    with ``unreadable`` (the reason) so that the others still show."""
+    def read() -> tuple[dict[str, Any], int, int, Any]:
+        study_id = storage.get_study_id_from_name(name)
+        trials = storage.get_all_trials(study_id, deepcopy=False)
+        starts = [t.datetime_start for t in trials if t.datetime_start is not None]
+        return (storage.get_study_user_attrs(study_id),
+                len(storage.get_study_directions(study_id)), len(trials),
+                min(starts, default=None))
+
+    try:
+        with session(storage.url):
+            raw, n_objectives, n_trials, started = guarded(storage.engine, name, read)
+        attrs = study_attrs(name, raw, n_objectives, full=False)
+    except NasError as exc:
+        return {"name": name, "task": None, "trials": None, "started": None,
+                "unreadable": " ".join(str(exc).split())}
+    return {"name": name, "task": attrs.task, "trials": n_trials,
+            "started": started.isoformat() if started else None}
 
 
 def pareto_trials(name: str, storage_url: str | None = None) -> list[dict[str, Any]]:
     """The study's Pareto-optimal trials (Optuna's ``best_trials``), ordered by number."""
     run = load_existing(name, storage_url)
-    names = _objective_names(run.study)
+    names = list(_attrs(run).objectives)
     with session(run.storage.url):
-        best = run.study.best_trials
-    return [{"number": t.number,
-             "values": dict(zip(names, t.values, strict=True)),
-             "arch_id": t.user_attrs.get(TrialKey.ARCH_ID),
-             "arch": t.user_attrs.get(TrialKey.ARCH),
-             "status": t.user_attrs.get(TrialKey.STATUS)}
-            for t in sorted(best, key=lambda t: t.number)]
+        best = guarded(run.storage.engine, name, lambda: run.study.best_trials)
+    out = []
+    for t in sorted(best, key=lambda t: t.number):
+        p = trial_attrs(name, t.number, t.user_attrs)
+        out.append({"number": t.number, "values": dict(zip(names, t.values, strict=True)),
+                    "arch_id": p.arch_id, "arch": p.arch, "status": p.status})
+    return out
