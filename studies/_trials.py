@@ -20,8 +20,8 @@ from search_spaces import SearchSpace
 from studies.keys import COUNTED_EXCLUDED, Status, TrialKey
 from studies.smoke import Smoke
 from studies.spec import StudySpec
-from studies.stored import StudyAttrs
 from studies.storage import session, set_trial_user_attrs
+from studies.stored import StudyAttrs
 
 __all__ = ["Evaluator", "StudyRun", "base_settings", "counted_trials", "mark_interrupted",
            "suggest", "tell"]

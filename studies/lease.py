@@ -32,6 +32,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from nas.errors import NasError
 from studies.storage import session
+from studies.stored import StoredValueError
 
 __all__ = [
     "Lease",
@@ -276,15 +277,41 @@ def _create_table(engine: Engine) -> None:
                 raise
 
 
+#: The largest pid Linux gives (``/proc/sys/kernel/pid_max`` is at most 2**22).
+_PID_MAX = 2**22
+
+
 def _select(conn: sa.Connection, study_name: str) -> Owner | None:
-    row = conn.execute(sa.select(leases_table).where(
-        leases_table.c.study_name == study_name)).first()
+    """The study's lease row as an ``Owner``; a row no nas process wrote (another tool's, or
+    edited by hand) is a ``StoredValueError`` naming the column, never a traceback."""
+    try:
+        row = conn.execute(sa.select(leases_table).where(
+            leases_table.c.study_name == study_name)).first()
+    except (ValueError, TypeError, OverflowError) as exc:  # e.g. a time that is not a time
+        raise _unreadable(study_name, "started/heartbeat", f"cannot be read ({exc})") from None
     if row is None:
         return None
     values = dict(row._mapping)
-    values["started"] = _as_utc(values["started"])
-    values["heartbeat"] = _as_utc(values["heartbeat"])
+    for column in ("host", "process_start", "token"):
+        if not isinstance(values[column], str) or len(values[column]) > 255:
+            raise _unreadable(study_name, column, "must be a string of at most 255 characters")
+    pid = values["pid"]
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid <= _PID_MAX:
+        raise _unreadable(study_name, "pid", f"must be a process id in 1..{_PID_MAX}")
+    for column in ("started", "heartbeat"):
+        if not isinstance(values[column], datetime):
+            raise _unreadable(study_name, column, "must be a time")
+        try:
+            values[column] = _as_utc(values[column])
+        except (ValueError, OverflowError) as exc:
+            raise _unreadable(study_name, column, f"cannot be read ({exc})") from None
     return Owner(**values)
+
+
+def _unreadable(study_name: str, column: str, problem: str) -> StoredValueError:
+    return StoredValueError(study_name, f"nas_leases.{column}",
+                            f"{problem}; no nas process wrote this lease row (if no run of the "
+                            "study is alive, delete the row)")
 
 
 def _row(owner: Owner) -> dict[str, Any]:

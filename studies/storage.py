@@ -320,7 +320,11 @@ def read_epochs(engine: Engine, study_name: str, trial_number: int | None = None
     dict[str, Any]
 ]:
     """Per-epoch rows of a study (or of one trial), ordered by trial and epoch; none where the
-    database has no ``nas_epochs`` table (a study written by plain Optuna)."""
+    database has no ``nas_epochs`` table (a study written by plain Optuna). A row no nas
+    process wrote (a value of the wrong type, ``extra`` not a JSON mapping) is a
+    ``StoredValueError`` naming the study, the trial and the column."""
+    from studies.stored import StoredValueError, loads
+
     query = sa.select(epochs_table).where(epochs_table.c.study_name == study_name)
     if trial_number is not None:
         query = query.where(epochs_table.c.trial_number == trial_number)
@@ -328,8 +332,29 @@ def read_epochs(engine: Engine, study_name: str, trial_number: int | None = None
     with engine.connect() as conn:
         if not sa.inspect(conn).has_table(epochs_table.name):
             return []
-        rows = [dict(r._mapping) for r in conn.execute(query)]
+        try:
+            rows = [dict(r._mapping) for r in conn.execute(query)]
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise StoredValueError(study_name, "nas_epochs", f"holds a row that cannot be read "
+                                   f"({exc})") from None
     for r in rows:
-        r["extra"] = json.loads(r["extra"] or "{}")
+        trial = r["trial_number"]
+        where = trial if isinstance(trial, int) and not isinstance(trial, bool) else None
+        for column, kinds in (("trial_number", (int,)), ("epoch", (int,)),
+                              ("train_loss", (int, float, type(None))),
+                              ("value", (int, float, type(None))),
+                              ("seconds", (int, float, type(None))),
+                              ("metric", (str, type(None)))):
+            v = r[column]
+            if isinstance(v, bool) or not isinstance(v, kinds) or (
+                    isinstance(v, str) and len(v) > 64):
+                raise StoredValueError(study_name, f"nas_epochs.{column}",
+                                       f"of epoch row {r['id']} is not of its column's type",
+                                       trial=where)
+        extra = loads(r["extra"] or "{}", study=study_name, key="nas_epochs.extra", trial=where)
+        if not isinstance(extra, dict):
+            raise StoredValueError(study_name, "nas_epochs.extra", "must be a JSON mapping",
+                                   trial=where)
+        r["extra"] = extra
         r.pop("id", None)
     return rows

@@ -40,6 +40,8 @@ __all__ = [
     "check_value",
     "inert",
     "loads",
+    "stored_geometry",
+    "stored_text",
     "study_attrs",
     "trial_attrs",
 ]
@@ -178,7 +180,7 @@ class _Reader:
         value = self.get(key)
         if value is None:
             return None
-        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
             raise self.fail(key, f"must be {what}, but is {_describe(value)}")
         return value
 
@@ -494,7 +496,7 @@ def diagnose(engine: Any, name: str, exc: BaseException) -> StoredValueError:
         with engine.connect() as conn:
             rows = [(r[0], r[1].removeprefix("study:"), r[2])
                     for r in conn.execute(sa.text(_RAW_ROWS), {"name": name})]
-    except Exception:  # noqa: BLE001 - the database's own error stays the reported one
+    except Exception:
         rows = []
     found = first_bad(name, rows)
     if found is not None:
@@ -522,3 +524,15 @@ def guarded(engine: Any, name: str, read: Callable[[], T]) -> T:
 def parsed_trials(name: str, trials: Sequence[Any]) -> list[TrialAttrs]:
     """Each Optuna trial's typed ``nas.*`` attributes, in the order given."""
     return [trial_attrs(name, t.number, t.user_attrs) for t in trials]
+
+
+def stored_geometry(study: str, raw: Mapping[str, Any]) -> TaskGeometry | None:
+    """The study's stored task geometry (``StudyKey.GEOMETRY``), typed, or ``None``."""
+    if raw.get(StudyKey.GEOMETRY) is None:
+        return None
+    return _Reader(study, raw).parse(StudyKey.GEOMETRY, _geometry)
+
+
+def stored_text(study: str, raw: Mapping[str, Any], key: str) -> str | None:
+    """One string-valued study attribute (``StudyKey.SPACE_HASH``, ``TUNE_DIR``, ...)."""
+    return _Reader(study, raw).text(key)

@@ -86,7 +86,10 @@ def _geometry(task: str) -> TaskGeometry:
 def _write_trials(spec: StudySpec, url: str, geometry: TaskGeometry, n: int,
                   checkpoint_dir: Path | None = None) -> None:
     """``n`` completed trials, then a pruned and a constraint-rejected one, as the engine would;
-    with ``checkpoint_dir``, each completed trial stores a checkpoint of its (untrained) model."""
+    with ``checkpoint_dir`` (the study's ``checkpoints`` folder), each completed trial stores a
+    checkpoint of its (untrained) model."""
+    if checkpoint_dir is not None:
+        spec = dataclasses.replace(spec, checkpoints=str(checkpoint_dir))
     run = create_study(spec, url, geometry=geometry)  # the data need not be here
     rng = random.Random(0)
     costs: dict[str, Any] = {}

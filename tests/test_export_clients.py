@@ -52,7 +52,8 @@ def _record(preset: str, task: str, **overrides: Any) -> TrialRecord:
     return TrialRecord(study="s", number=0, state="complete", status=None, objectives=None,
                        directions={}, arch=arch, cost=None, train={}, task=task,
                        task_options={}, geometry=get_geometry(task), space_hash=None, seed=None,
-                       fidelity=None, epochs_reached=None, checkpoint=None, version="0.1.0",
+                       fidelity=None, epochs_reached=None, checkpoint=None, checkpoint_dir=None,
+                       version="0.1.0",
                        git_commit=None)
 
 

@@ -16,7 +16,6 @@ import re
 import shlex
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -25,6 +24,7 @@ from nas.config import drop_rate
 from nas.errors import NasError
 from nas.knobs import KNOBS, dense_values
 from nas.timm_registry import timm_model_args
+from studies.export._checkpoint import Checkpoint, read_checkpoint
 from studies.export._record import TrialRecord
 from studies.export.clients import OPENVQA_FEAT_SIZE, acort_max_seq_length
 
@@ -372,12 +372,11 @@ def _acort(record: TrialRecord) -> str:
 
 
 # ----------------------------------------------------------------------------- timm
-def _stored_checkpoint(record: TrialRecord) -> Path | None:
-    """The trial's checkpoint file when it exists here, else ``None``."""
-    if record.checkpoint is None:
-        return None
-    path = Path(record.checkpoint)
-    return path if path.is_file() else None
+def _stored_checkpoint(record: TrialRecord) -> Checkpoint | None:
+    """The trial's checkpoint when it is on this machine, read and checked to be the trial's
+    own inside the study's checkpoint folder (``studies.export._checkpoint``), else ``None``."""
+    return read_checkpoint(record.checkpoint, record.checkpoint_dir, study=record.study,
+                           number=record.number, arch_id=record.arch.arch_id)
 
 
 def _timm_file(record: TrialRecord) -> str:
@@ -387,14 +386,13 @@ def _timm_file(record: TrialRecord) -> str:
 def timm_state_dict(record: TrialRecord) -> dict[str, Any] | None:
     """The trial's weights under the timm model's own names (our checkpoints hold the timm
     network as ``net``), or ``None`` when the trial kept no checkpoint."""
-    import torch
 
-    path = _stored_checkpoint(record)
-    if path is None:
+    found = _stored_checkpoint(record)
+    if found is None:
         return None
-    state = torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+    state = found.blob["state_dict"]
     if not all(key.startswith("net.") for key in state):
-        raise NasError(f"The checkpoint {str(path)!r} of {record.label} holds weights outside "
+        raise NasError(f"The checkpoint {found.path!a} of {record.label} holds weights outside "
                        "the timm network (keys not under `net.`); export it as torch instead.")
     return {key.removeprefix("net."): value for key, value in state.items()}
 
@@ -478,8 +476,8 @@ def _torch_file(record: TrialRecord) -> str:
 
 
 def _torch_weights(record: TrialRecord) -> dict[str, bytes]:
-    path = _stored_checkpoint(record)
-    return {} if path is None else {_torch_file(record): path.read_bytes()}
+    found = _stored_checkpoint(record)
+    return {} if found is None else {_torch_file(record): found.data}
 
 
 def _torch(record: TrialRecord) -> str:

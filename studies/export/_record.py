@@ -14,7 +14,7 @@ import os
 import re
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,11 @@ from nas.config import ArchConfig
 from nas.errors import NasError
 from nas.tasks import GEOMETRIES, TaskGeometry
 from studies.engine import StudyRun, load_existing
-from studies.keys import StudyKey, TrialKey
+from studies.keys import StudyKey
 from studies.report import pareto_trials
 from studies.spec import StudySpec
 from studies.storage import session
+from studies.stored import guarded, inert, stored_geometry, stored_text, trial_attrs
 
 __all__ = [
     "TrialRecord",
@@ -39,7 +40,6 @@ __all__ = [
     "trial_record",
 ]
 
-_GEOMETRY_KEYS = {f.name for f in fields(TaskGeometry)}
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,7 @@ class TrialRecord:
     fidelity: dict[str, Any] | None
     epochs_reached: int | None
     checkpoint: str | None
+    checkpoint_dir: str | None  # the study's checkpoint folder: the only place one is read from
     version: str
     git_commit: str | None
     export_dir: str | None = None  # the folder written into: paths in files are relative to it
@@ -133,9 +134,8 @@ def known_geometry(spec: StudySpec, study_attrs: Mapping[str, Any]) -> TaskGeome
     """The geometry the study's costs were computed on, when known without building its task:
     stored with the study (``StudyKey.GEOMETRY``, as the engine does) or a cost geometry named
     by the task; else ``None``."""
-    stored = study_attrs.get(StudyKey.GEOMETRY)
-    if isinstance(stored, dict) and set(stored) <= _GEOMETRY_KEYS:
-        return TaskGeometry(**stored)
+    if study_attrs.get(StudyKey.GEOMETRY) is not None:
+        return stored_geometry(spec.name, study_attrs)
     if spec.task in GEOMETRIES and not spec.task_options:
         return GEOMETRIES[spec.task]
     return None
@@ -170,23 +170,24 @@ def build_record(
     ``geometry`` as ``known_geometry`` or the task gives it. ``NasError`` when the trial has no
     architecture yet.
     """
-    if TrialKey.ARCH not in attrs:
-        raise NasError(f"Trial {number} of study {spec.name!r} has no architecture yet "
+    parsed = trial_attrs(spec.name, number, attrs)
+    if parsed.arch is None:
+        raise NasError(f"Trial {number} of study {inert(spec.name)!r} has no architecture yet "
                        f"(state {state}); export a trial that was sampled.")
     known = [v for v in values or () if v is not None]
-    complete = state == "complete" and values is not None and len(known) == len(values)
+    complete = (state == "complete" and values is not None
+                and len(known) == len(values) == len(spec.objectives))
     return TrialRecord(
         study=spec.name, number=number, state=state,
-        status=attrs.get(TrialKey.STATUS),
+        status=parsed.status,
         objectives=dict(zip(spec.objective_names, known, strict=True)) if complete else None,
         directions={o.name: o.direction for o in spec.objectives},
-        arch=ArchConfig.from_dict(attrs[TrialKey.ARCH]), cost=attrs.get(TrialKey.COST),
-        train=dict(attrs.get(TrialKey.TRAIN) or {}), task=spec.task,
+        arch=parsed.config(), cost=parsed.cost, train=dict(parsed.train or {}), task=spec.task,
         task_options=dict(spec.task_options), geometry=geometry,
-        space_hash=study_attrs.get(StudyKey.SPACE_HASH),
+        space_hash=stored_text(spec.name, study_attrs, StudyKey.SPACE_HASH),
         seed=spec.seed, fidelity=asdict(spec.fidelity),
-        epochs_reached=attrs.get(TrialKey.EPOCHS_REACHED),
-        checkpoint=attrs.get(TrialKey.CHECKPOINT),
+        epochs_reached=parsed.epochs_reached, checkpoint=parsed.checkpoint,
+        checkpoint_dir=spec.checkpoints,
         version=nas.__version__, git_commit=git_commit(),
     )
 
@@ -199,7 +200,8 @@ def _record(run: StudyRun, trial: FrozenTrial, geometry: TaskGeometry | None) ->
 
 def _trials(run: StudyRun) -> list[FrozenTrial]:
     with session(run.storage.url):
-        return run.study.get_trials(deepcopy=False)
+        return guarded(run.storage.engine, run.spec.name,
+                       lambda: run.study.get_trials(deepcopy=False))
 
 
 def trial_record(name: str, number: int, storage_url: str | None = None) -> TrialRecord:
