@@ -7,12 +7,14 @@ User errors (``NasError``) end with one line on stderr and exit code 2; tracebac
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from nas.errors import NasError
+from studies.stored import InertStream, inert
 
 __all__ = ["main"]
 
@@ -391,6 +393,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Commands whose standard output shows what the database holds (names, paths, reasons).
+_PRINTS_STORED = frozenset({"status", "pareto", "export", "promote"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nas`` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -398,11 +404,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
+        if args.command in _PRINTS_STORED:  # what the database holds cannot drive the terminal
+            with contextlib.redirect_stdout(InertStream(sys.stdout)):
+                return func(args)
         return func(args)
     except NasError as exc:
         if args.debug:
             raise
-        message = " ".join(str(exc).split())  # always one line
+        message = inert(" ".join(str(exc).split()))  # always one line, never an escape sequence
         print(f"nas {args.command}: error: {message}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

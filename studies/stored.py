@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_DEPTH",
     "MAX_TEXT",
+    "InertStream",
     "StoredValueError",
     "StudyAttrs",
     "TrialAttrs",
@@ -147,16 +148,37 @@ def loads(text: Any, *, study: str, key: str, trial: int | None = None) -> Any:
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
-def inert(text: Any) -> str:
+def inert(text: Any, *, newlines: bool = False) -> str:
     """``text`` safe to print to a terminal: control characters (escape sequences, carriage
-    returns, bidirectional overrides) written as ``\\xNN`` / ``\\uNNNN`` escapes."""
+    returns, bidirectional overrides) written as ``\\xNN`` / ``\\uNNNN`` escapes; with
+    ``newlines`` line feeds are kept (a whole printed report)."""
     text = text if isinstance(text, str) else str(text)
 
     def escape(m: re.Match[str]) -> str:
-        code = ord(m.group())
+        char = m.group()
+        if newlines and char == "\n":
+            return char
+        code = ord(char)
         return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
     return _CONTROL.sub(escape, text)
+
+
+class InertStream:
+    """A text stream that writes through :func:`inert` (line feeds kept): what a read command
+    prints of the database cannot drive the terminal."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return int(self._stream.write(inert(text, newlines=True)) or 0)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:  # isatty, encoding, fileno: the stream's own
+        return getattr(self._stream, name)
 
 
 # ----------------------------------------------------------------------------- typed fields
