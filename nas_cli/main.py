@@ -233,6 +233,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
             print(json.dumps(rows))
         else:
             for r in rows:
+                if r.get("unreadable"):  # listed, so that one odd study hides no other
+                    print(f"{r['name']:<32} unreadable: {r['unreadable']}")
+                    continue
                 print(f"{r['name']:<32} {r['task'] or '-':<20} {r['trials']:>6} trials  "
                       f"started {r['started']}")
         return 0

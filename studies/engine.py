@@ -404,6 +404,10 @@ def load_existing(name: str, storage: optuna.storages.RDBStorage | str | None = 
         names = study_names(url)
         if name not in names:
             raise UnknownStudyError(name, url, names)
+        if write:  # everything stored is read and parsed before the database is opened for
+            # writing: a value that does not parse, or a lease row no nas process wrote,
+            # refuses with the database and its folder as they were
+            read_owner(load_existing(name, url).storage.engine, name)
         storage = open_storage(url, read_only=not write)
     with session(storage.url):
         study, raw, trials = guarded(storage.engine, name, lambda: _read(storage, name))
