@@ -489,10 +489,10 @@ def iter_keys(attrs: type) -> Iterator[str]:
 
 # ----------------------------------------------------------------------------- through Optuna
 _RAW_ROWS = """
-SELECT NULL AS number, 'study:' || a.key AS key, a.value_json FROM study_user_attributes a
+SELECT CAST(NULL AS INTEGER) AS number, 'study:' || a.key AS key, a.value_json FROM study_user_attributes a
   JOIN studies s ON s.study_id = a.study_id WHERE s.study_name = :name
 UNION ALL
-SELECT NULL, 'study system:' || a.key, a.value_json FROM study_system_attributes a
+SELECT CAST(NULL AS INTEGER), 'study system:' || a.key, a.value_json FROM study_system_attributes a
   JOIN studies s ON s.study_id = a.study_id WHERE s.study_name = :name
 UNION ALL
 SELECT t.number, a.key, a.value_json FROM trial_user_attributes a
@@ -518,7 +518,7 @@ def diagnose(engine: Any, name: str, exc: BaseException) -> StoredValueError:
         with engine.connect() as conn:
             rows = [(r[0], r[1].removeprefix("study:"), r[2])
                     for r in conn.execute(sa.text(_RAW_ROWS), {"name": name})]
-    except Exception:
+    except Exception:  # the database's own error is reported as it is below
         rows = []
     found = first_bad(name, rows)
     if found is not None:

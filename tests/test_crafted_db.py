@@ -410,3 +410,80 @@ def test_checkpoint_paths_are_confined(tmp_path: Path, capsys: pytest.CaptureFix
                          str(out), "--storage", url], capsys)
     assert code == 0, err
     assert (out / "trial-0.pt").read_bytes() == original  # the trial's own checkpoint is copied
+
+
+# ----------------------------------------------------------------------------- PostgreSQL
+from postgres_fixture import postgres_url  # noqa: E402 - a fixture, for the test below
+
+#: Crafts as another client of a shared PostgreSQL writes them: (table, key, JSON text).
+_PG_CRAFTS = [
+    ("study_user_attributes", StudyKey.SPEC, "{'oops"),
+    ("study_user_attributes", StudyKey.OBJECTIVES, json.dumps(["a", "b", "c"])),
+    ("study_user_attributes", StudyKey.REFERENCE, HUGE),
+    ("study_user_attributes", StudyKey.SPACE, json.dumps("a string")),
+    ("trial_user_attributes", TrialKey.COST, DEEP),
+    ("trial_user_attributes", TrialKey.ARCH, json.dumps([1, 2])),
+    ("trial_user_attributes", TrialKey.STATUS, ESCAPES),
+    ("trial_user_attributes", TrialKey.EPOCHS_REACHED, "9" * 5000),
+]
+
+
+def _pg_state(url: str) -> str:
+    """Every row nas or Optuna keeps, as one string: what a read-only command must not move."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            parts = [json.dumps([list(map(str, r)) for r in conn.execute(sa.text(
+                f"SELECT * FROM {table} ORDER BY 1, 2"))]) for table in (
+                "studies", "trials", "study_user_attributes", "trial_user_attributes",
+                "trial_values", "nas_epochs")]
+    finally:
+        engine.dispose()
+    return hashlib.sha256("".join(parts).encode()).hexdigest()
+
+
+def test_crafted_values_in_a_shared_postgresql(postgres_url: str, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same boundary on PostgreSQL: each crafted value is written by another client, read
+    by every command (one line and exit 2, or exit 0), and put back."""
+    import sqlalchemy as sa
+
+    study, other = "crafted-pg", "crafted-pg-other"
+    _make_study(postgres_url, study, trials=2)
+    _make_study(postgres_url, other, trials=1)
+    monkeypatch.chdir(tmp_path)
+    engine = sa.create_engine(postgres_url)
+    owner = {"study_user_attributes": ("study_id", "SELECT study_id FROM studies WHERE "
+                                                   "study_name = :s"),
+             "trial_user_attributes": ("trial_id", "SELECT t.trial_id FROM trials t JOIN "
+                                                   "studies s USING (study_id) WHERE "
+                                                   "s.study_name = :s AND t.number = 0")}
+    try:
+        for table, key, text in _PG_CRAFTS:
+            column, where = owner[table]
+            select = f"SELECT value_json FROM {table} WHERE key = :k AND {column} = ({where})"
+            with engine.begin() as conn:
+                original = conn.execute(sa.text(select), {"k": key, "s": study}).scalar_one()
+                conn.execute(sa.text(f"UPDATE {table} SET value_json = :v WHERE key = :k AND "
+                                     f"{column} = ({where})"), {"v": text, "k": key, "s": study})
+            before = _pg_state(postgres_url)
+            for argv in (["status", "--json"], ["status", study], ["pareto", study],
+                         ["export", study, "--trial", "0", "--format", "yaml", "--out",
+                          str(tmp_path / "out")], ["resume", study]):
+                code, out, err = _run([*argv, "--storage", postgres_url], capsys)
+                assert "Traceback" not in err and code in (0, 2), (key, argv, err)
+                if code == 2:
+                    assert len(err.strip().splitlines()) == 1 and key in err, (key, argv, err)
+                if argv == ["status", "--json"]:
+                    assert other in out, (code, out, err)
+                assert not _CONTROL.search(out + err), (key, argv)
+                assert _pg_state(postgres_url) == before, (key, argv, "the database changed")
+            with engine.begin() as conn:
+                conn.execute(sa.text(f"UPDATE {table} SET value_json = :v WHERE key = :k AND "
+                                     f"{column} = ({where})"), {"v": original, "k": key,
+                                                                "s": study})
+    finally:
+        engine.dispose()
