@@ -489,8 +489,8 @@ def iter_keys(attrs: type) -> Iterator[str]:
 
 # ----------------------------------------------------------------------------- through Optuna
 _RAW_ROWS = """
-SELECT CAST(NULL AS INTEGER) AS number, 'study:' || a.key AS key, a.value_json FROM study_user_attributes a
-  JOIN studies s ON s.study_id = a.study_id WHERE s.study_name = :name
+SELECT CAST(NULL AS INTEGER) AS number, 'study:' || a.key AS key, a.value_json
+  FROM study_user_attributes a JOIN studies s ON s.study_id = a.study_id WHERE s.study_name = :name
 UNION ALL
 SELECT CAST(NULL AS INTEGER), 'study system:' || a.key, a.value_json FROM study_system_attributes a
   JOIN studies s ON s.study_id = a.study_id WHERE s.study_name = :name

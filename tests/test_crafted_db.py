@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import study_helpers as h
 from optuna.trial import TrialState
+from postgres_fixture import postgres_url
 
 from nas.cost import estimate_cost
 from nas_cli.main import main as nas_main
@@ -37,6 +38,8 @@ from studies.keys import Status, StudyKey, TrialKey
 from studies.lease import acquire
 from studies.storage import open_storage, write_epoch
 from studies.stored import iter_keys
+
+__all__ = ["postgres_url"]  # a fixture, imported for the PostgreSQL test
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -413,8 +416,6 @@ def test_checkpoint_paths_are_confined(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 # ----------------------------------------------------------------------------- PostgreSQL
-from postgres_fixture import postgres_url  # noqa: E402 - a fixture, for the test below
-
 #: Crafts as another client of a shared PostgreSQL writes them: (table, key, JSON text).
 _PG_CRAFTS = [
     ("study_user_attributes", StudyKey.SPEC, "{'oops"),
