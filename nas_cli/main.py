@@ -19,6 +19,11 @@ from studies.stored import InertStream, inert
 __all__ = ["main"]
 
 EXIT_USAGE = 2
+#: ``--evaluator`` of ``nas resume`` and ``nas promote``.
+EVALUATOR_HELP = (
+    "required when the study names its own evaluator, and equal to it: the database stores "
+    "it, and importing it runs code, so it runs only when you name it (nothing is imported "
+    "otherwise)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -190,25 +195,29 @@ def _refuse_memory_storage(storage: str | None) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from studies import create_study, load_study_spec, run_study
-    from studies.cluster import connect
+    from studies.engine import check_run, resolve_evaluator
 
     spec = load_study_spec(_resolve_study_file(args.study), name=args.name)
     _refuse_memory_storage(args.storage)
-    connect(args.address, spec.resources)  # an unreachable cluster, a trial no node can hold
-    run = create_study(spec, args.storage)
+    evaluator = resolve_evaluator(spec, stored=False)  # the study file's author's code
+    # Everything the run would refuse (Ray, resources, evaluator, folders), before the study
+    # is created; create_study checks the rest before it writes.
+    check_run(spec, address=args.address, evaluator=evaluator)
+    run = create_study(spec, args.storage, evaluator=evaluator)
     print(f"study {spec.name!r}: {spec.budget.trials} trials of space {_space_label(spec.space)} "
           f"on {spec.task!r}, storage {run.storage.url}", file=sys.stderr)
-    run_study(run, address=args.address, verbose=args.verbose)
+    run_study(run, address=args.address, evaluator=evaluator, verbose=args.verbose)
     _after_run(spec.name, args.storage)
     return 0
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from studies import load_existing, run_study
-    from studies.cluster import check_ray_address
+    from studies.engine import prepare_resume, run_study
 
-    check_ray_address(args.address)  # before the database is opened for writing
-    run = load_existing(args.name, args.storage, write=True)  # unknown: writes nothing
+    # Checked before the database is opened for writing: unknown study, unvouched evaluator,
+    # a name that cannot name folders, another owner, everything the run would refuse.
+    run, evaluator = prepare_resume(args.name, args.storage, vouched=args.evaluator,
+                                    address=args.address)
     budget = run.spec.budget.trials
 
     def announce(counted: int) -> None:
@@ -219,7 +228,8 @@ def _cmd_resume(args: argparse.Namespace) -> int:
             print(f"study {args.name!r}: resuming at {counted} of {budget} trials, storage "
                   f"{run.storage.url}", file=sys.stderr)
 
-    run_study(run, address=args.address, verbose=args.verbose, on_start=announce)
+    run_study(run, address=args.address, evaluator=evaluator, verbose=args.verbose,
+              on_start=announce)
     _after_run(args.name, args.storage)
     return 0
 
@@ -369,10 +379,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", action="store_true", help="also show Ray Tune's own output")
     p.set_defaults(func=_cmd_run)
 
-    p = sub.add_parser("resume", help="continue a study from the database alone")
+    p = sub.add_parser(
+        "resume", help="continue a study from the database alone",
+        description="Continue study NAME from the database alone: trials a crashed run left "
+        "running are closed and run again, until the budget is spent. Everything is checked "
+        "before the database is written.")
     p.add_argument("name", metavar="NAME")
     p.add_argument("--storage", default=None, help=storage_help)
     p.add_argument("--address", default=None, help="an existing Ray cluster (e.g. auto)")
+    p.add_argument("--evaluator", default=None, metavar="MODULE:FUNCTION",
+                   help=EVALUATOR_HELP)
     p.add_argument("--verbose", action="store_true", help="also show Ray Tune's own output")
     p.set_defaults(func=_cmd_resume)
 

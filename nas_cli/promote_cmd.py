@@ -21,7 +21,9 @@ the same database (an ordinary Optuna study: each trial names its source trial i
 attribute nas.source_trial and its proxy accuracy in nas.source_value). Prints Kendall's tau and
 Spearman's rho between proxy and promoted accuracy, with the number of pairs, and the promoted
 Pareto front. `nas status NAME` shows the result; `nas resume NAME-promoted` continues a cut-off
-promotion."""
+promotion. A study that trains with its own evaluator is promoted only with --evaluator naming
+the same function: the database stores it, and importing it runs code. Everything is checked
+before anything is written."""
 
 
 def format_agreement(result: dict[str, Any]) -> str:
@@ -36,6 +38,7 @@ def format_agreement(result: dict[str, Any]) -> str:
 def _run(args: argparse.Namespace) -> int:
     from nas_cli.main import _print_front, _refuse_memory_storage
     from studies.cluster import check_ray_address
+    from studies.engine import check_run, resolve_evaluator
     from studies.promote import DEFAULT_TOP, plan_promotion, promote, promoted_pairs
 
     check_ray_address(args.address)
@@ -44,11 +47,15 @@ def _run(args: argparse.Namespace) -> int:
     plan = plan_promotion(args.name, args.storage, top=top, epochs=args.epochs,
                           task=args.task)
     spec = plan.spec
+    evaluator = resolve_evaluator(plan.source.spec, stored=True, vouched=args.evaluator)
+    # Everything the promoted run would refuse, before the announcement (a refusal is one
+    # line) and before the promoted study is created or the source written.
+    check_run(spec, address=args.address, evaluator=evaluator)
     print(f"promoting {len(plan.front)} Pareto-optimal and {len(plan.dominated)} dominated "
           f"trials of {args.name!r} ({plan.source.spec.fidelity.epochs} epochs on "
           f"{plan.source.spec.task!r}) to {spec.fidelity.epochs} epochs on {spec.task!r} as "
           f"study {spec.name!r}, storage {plan.source.storage.url}", file=sys.stderr)
-    result = promote(plan, address=args.address, verbose=args.verbose)
+    result = promote(plan, address=args.address, evaluator=evaluator, verbose=args.verbose)
     print(f"Promoted {args.name!r} as {spec.name!r}: {format_agreement(result)} "
           f"(proxy {plan.source.spec.fidelity.epochs} epochs -> {spec.fidelity.epochs} on "
           f"{spec.task!r})")
@@ -71,6 +78,8 @@ def _integer(text: str) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``promote`` to the ``nas`` subcommands (``subparsers`` from ``add_subparsers``)."""
+    from nas_cli.main import EVALUATOR_HELP
+
     p = subparsers.add_parser(
         "promote", help="retrain a study's front at a higher fidelity; rank agreement",
         description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -85,5 +94,7 @@ def register(subparsers: Any) -> None:
                    help="SQLAlchemy URL of the study database (default: $NAS_STORAGE, else "
                    "sqlite:///nas_studies.db)")
     p.add_argument("--address", default=None, help="an existing Ray cluster (e.g. auto)")
+    p.add_argument("--evaluator", default=None, metavar="MODULE:FUNCTION",
+                   help=EVALUATOR_HELP)
     p.add_argument("--verbose", action="store_true", help="also show Ray Tune's own output")
     p.set_defaults(func=_run)

@@ -27,8 +27,7 @@ from studies.storage import session
 if TYPE_CHECKING:  # Ray Tune is imported when a study runs, not by `nas status`
     from studies.asha import Rungs
 
-__all__ = ["fit", "tune_callbacks", "tune_storage_path"]
-
+__all__ = ["fit", "run_folders", "tune_callbacks", "tune_storage_path"]
 
 
 def tune_callbacks(spec: StudySpec) -> list[Any]:
@@ -74,6 +73,25 @@ def tune_storage_path(spec: StudySpec) -> Path:
     if spec.tune.storage_path:
         return Path(spec.tune.storage_path)
     return Path(os.environ.get("NAS_RUNS") or "nas_runs").absolute() / _safe(spec.name)
+
+
+def run_folders(spec: StudySpec) -> list[tuple[str, Path]]:
+    """The folders a run of ``spec`` writes besides the database, each with the phrase that
+    names it in an error: Tune's experiment folder (the trials' logs, and TensorBoard's and
+    W&B's files, are inside it), and MLflow's local store in the current folder unless
+    ``MLFLOW_TRACKING_URI`` sends its logs elsewhere. (``checkpoints`` is the engine's.)"""
+    if spec.tune.storage_path:
+        tune_dir = "Study key `tune.storage_path`"
+    else:
+        tune_dir = ("Tune's folder of the study (under $NAS_RUNS, else nas_runs/ in the current "
+                    "folder; set `tune.storage_path` to move it)")
+    out = [(tune_dir, tune_storage_path(spec))]
+    if "mlflow" in spec.tune.callbacks and not os.environ.get("MLFLOW_TRACKING_URI"):
+        out.append(("Study key `tune.callbacks`: MLflow's local store (set "
+                    "MLFLOW_TRACKING_URI to log elsewhere)", Path("mlruns").absolute()))
+    if "wandb" in spec.tune.callbacks and os.environ.get("WANDB_DIR"):
+        out.append(("W&B's folder $WANDB_DIR", Path(os.environ["WANDB_DIR"]).absolute()))
+    return out
 
 
 @contextlib.contextmanager

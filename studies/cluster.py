@@ -1,8 +1,9 @@
 """Connecting to Ray: a local runtime, or an existing cluster with ``--address``.
 
-Both checks here run before a study is written: an address where nothing listens fails in one
-line at once (Ray itself retries for minutes), and a per-trial resource request that no node of
-the cluster can hold is refused (Tune would wait for it forever).
+The checks here run before a study is written: an address where nothing listens fails in one
+line at once (Ray itself retries for minutes), a per-trial request finer than Ray schedules is
+refused (Ray would reject each trial as Tune starts it), and so is one that no node of the
+cluster can hold (Tune would wait for it forever).
 """
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from nas.errors import NasError
+from nas.errors import ConfigError, NasError
 from studies.spec import Resources
 
-__all__ = ["HeadWatch", "check_ray_address", "connect"]
+__all__ = ["RESOURCE_SCALING", "HeadWatch", "check_ray_address", "check_resources", "connect"]
+
+#: Ray counts a resource in units of 1/10,000 (``ray._raylet.RESOURCE_UNIT_SCALING``; its
+#: ``MIN_RESOURCE_GRANULARITY`` is 0.0001): a nonzero request below one unit is refused.
+RESOURCE_SCALING = 10_000
 
 
 def check_ray_address(address: str | None, timeout: float = 5.0) -> None:
@@ -38,6 +43,18 @@ def check_ray_address(address: str | None, timeout: float = 5.0) -> None:
         why = exc.strerror or type(exc).__name__
         raise NasError(f"Cannot reach the Ray cluster at {address!r}: {why}. Start it with "
                        "`ray start --head`, or leave out --address for a local Ray.") from None
+
+
+def check_resources(resources: Resources) -> None:
+    """Refuse a per-trial request that Ray cannot schedule: nonzero but less than one of its
+    units (Ray's own test, ``int(quantity * RESOURCE_SCALING) == 0``)."""
+    unit = 1 / RESOURCE_SCALING
+    for key, value in (("cpu", resources.cpu), ("gpu", resources.gpu)):
+        if value != 0 and int(value * RESOURCE_SCALING) == 0:
+            raise ConfigError(
+                f"Study key `resources.{key}` is {value:g}, finer than Ray schedules: a trial "
+                f"asks for 0 {key} or from {unit:g} (Ray counts resources in units of {unit:g}) "
+                "up to what one node of the cluster holds.")
 
 
 def _init(address: str | None) -> None:
@@ -63,10 +80,12 @@ def connect(address: str | None, resources: Resources) -> int:
     """Start or join Ray; the number of trials that can run at once with ``resources`` each.
 
     Raises:
-        NasError: no node of the cluster has the CPUs and GPUs one trial asks for.
+        NasError: a request Ray cannot schedule (:func:`check_resources`), or no node of the
+            cluster has the CPUs and GPUs one trial asks for.
     """
     import ray
 
+    check_resources(resources)
     _init(address)
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     fits = [n for n in nodes if n.get("CPU", 0) >= resources.cpu - 1e-9

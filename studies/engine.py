@@ -13,6 +13,12 @@ experiment folder (``nas_runs/<study>/tune-<time>``, named in the study's ``nas.
 by-product. ``resume`` rebuilds everything from the database alone. One process owns a study
 while it runs (``studies.lease``): another ``run`` or ``resume`` of it is refused.
 
+Everything a run would refuse is checked before its first write (:func:`check_run`): a refused
+``run``, ``resume`` or ``promote`` leaves the database and the file tree as they were. A study
+read from the database is data whoever can write that database chose: it runs under the
+database's name, and its ``evaluator`` (code) is imported only when the person running the
+command names the same one (:func:`resolve_evaluator`).
+
 The keys of the bookkeeping (trial and study user attributes, status words) are in
 ``studies.keys``. Rejected and interrupted trials do not count against the trial budget.
 """
@@ -28,7 +34,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,22 +47,26 @@ from nas.loading import load_arch, unwritable_ancestor
 from nas.tasks import GEOMETRIES, TaskGeometry
 from search_spaces import SearchSpace, load_space
 from studies._trials import Evaluator, StudyRun, base_settings, counted_trials, suggest
-from studies._tune import fit, tune_callbacks
-from studies.cluster import HeadWatch, check_ray_address, connect
+from studies._tune import fit, run_folders, tune_callbacks
+from studies.cluster import HeadWatch, check_ray_address, check_resources, connect
 from studies.keys import Status, StudyKey, TrialKey
-from studies.lease import Lease, acquire, is_stale, read_owner
+from studies.lease import Lease, StudyOwned, acquire, is_stale, read_owner
 from studies.samplers import make_sampler
 from studies.smoke import Smoke
-from studies.spec import StudySpec
+from studies.spec import StudySpec, _check_name
 from studies.storage import open_storage, resolve_storage_url, session, set_trial_user_attrs
 from studies.stored import guarded, inert, parsed_trials, study_attrs
 
 __all__ = [
     "StudyRun",
+    "check_evaluator",
     "check_ray_address",
+    "check_run",
     "counted_trials",
     "create_study",
     "load_existing",
+    "prepare_resume",
+    "resolve_evaluator",
     "run_study",
     "study_reference",
     "uniform_chance",
@@ -89,12 +99,72 @@ def _load_evaluator(target: str) -> Evaluator:
     return function
 
 
-def _accepts(function: Evaluator, keyword: str) -> bool:
+def resolve_evaluator(spec: StudySpec, *, stored: bool,
+                      vouched: str | None = None) -> Evaluator | None:
+    """The training function a run of ``spec`` calls on the workers (None: the built-in one).
+
+    A study file's ``evaluator`` is its author's code and is imported as it is. A spec read from
+    the database (``stored``: ``nas resume``, ``nas promote``) is data that whoever can write
+    the database chose: its evaluator is imported only when ``vouched`` (the command's
+    ``--evaluator``) names the same function, and nothing is imported before that check.
+
+    Raises:
+        ConfigError: a stored evaluator not vouched for (the message names it and the flag),
+            ``vouched`` for a study without one, or an evaluator that cannot be imported.
+    """
+    if stored and vouched != spec.evaluator:
+        name = inert(spec.name)
+        if spec.evaluator is None:
+            raise ConfigError(f"Study {name!r} names no evaluator (its trials run the built-in "
+                              f"trainer); leave out --evaluator {inert(vouched)}.")
+        given = f" (not {inert(vouched)!r})" if vouched else ""
+        raise ConfigError(
+            f"Study {name!r} trains with the evaluator {spec.evaluator!r} that its database "
+            f"names{given}; importing it runs that code, so it runs only when you name it: "
+            f"pass --evaluator {spec.evaluator}.")
+    return _load_evaluator(spec.evaluator) if spec.evaluator else None
+
+
+def check_evaluator(spec: StudySpec, evaluator: Evaluator) -> None:
+    """Refuse an evaluator that cannot take the call the workers make
+    (``studies.worker.evaluator_call``): every trial of the study would fail.
+
+    Raises:
+        ConfigError: the call does not bind to its signature (one without a signature to read,
+            such as a builtin, is left to the call).
+    """
+    from studies.worker import evaluator_call
+
+    config = {"arch": {}, "settings": {}, "task": spec.task, "task_options": spec.task_options,
+              "latency": False, "checkpoint_dir": spec.checkpoint_dir(0)}
+    args, kwargs = evaluator_call(config, lambda epoch: False)
     try:
-        parameters = inspect.signature(function).parameters.values()
+        signature = inspect.signature(evaluator)
     except (TypeError, ValueError):  # no signature to read: let the call decide
-        return True
-    return any(p.name == keyword or p.kind is p.VAR_KEYWORD for p in parameters)
+        return
+    label = spec.evaluator or getattr(evaluator, "__qualname__", repr(evaluator))
+    problem = _bind(signature, args, kwargs)
+    if problem is None:
+        return
+    without = {k: v for k, v in kwargs.items() if k != "checkpoint_dir"}
+    if len(without) < len(kwargs) and _bind(signature, args, without) is None:
+        raise ConfigError(f"Study key `checkpoints` needs an evaluator that takes "
+                          f"`checkpoint_dir`; {label!r} does not.")
+    keywords = "".join(f", {k}=..." for k in kwargs)
+    raise ConfigError(
+        f"Study key `evaluator`: {label!r} cannot take the call the workers make, "
+        f"f(arch, settings, task, task_options{keywords}) ({problem}); give it the signature "
+        "of studies.worker.evaluate_trial.")
+
+
+def _bind(signature: inspect.Signature, args: Sequence[Any],
+          kwargs: Mapping[str, Any]) -> str | None:
+    """Why ``signature`` cannot take ``args`` and ``kwargs``, or None when it can."""
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        return str(exc)
+    return None
 
 
 def _cost_only(spec: StudySpec) -> bool:
@@ -116,15 +186,64 @@ def _check_task(spec: StudySpec) -> None:
     check_task(spec.task, spec.task_options)
 
 
-def _check_checkpoints(spec: StudySpec) -> None:
-    """The ``checkpoints`` folder can be made (checked without writing; on a cluster the
-    workers write there)."""
-    if spec.checkpoints is None:
-        return
-    blocked = unwritable_ancestor(spec.checkpoints)
-    if blocked is not None:
-        raise ConfigError(f"Study key `checkpoints`: {str(blocked)!r} is not a writable folder, "
-                          f"so {spec.checkpoints!r} cannot be made there.")
+def _check_folders(spec: StudySpec) -> None:
+    """Every folder a run writes can be made, checked without writing: Tune's and its loggers'
+    (``studies._tune.run_folders``) and ``checkpoints/<study>`` (on a cluster the workers
+    write there)."""
+    folders = run_folders(spec)
+    if spec.checkpoints is not None:
+        folders.append(("Study key `checkpoints`", Path(spec.checkpoints) / spec.name))
+    for what, folder in folders:
+        try:
+            blocked = unwritable_ancestor(folder)
+        except OSError as exc:  # e.g. an ancestor this user may not look into
+            raise ConfigError(f"{what}: {str(folder)!r} cannot be made: "
+                              f"{exc.strerror or type(exc).__name__}.") from None
+        if blocked is None:
+            continue
+        problem = ("is a file, not a folder" if blocked.exists() and not blocked.is_dir()
+                   else "is not a writable folder")
+        where = "" if blocked == folder else f", so {str(folder)!r} cannot be made there"
+        raise ConfigError(f"{what}: {str(blocked)!r} {problem}{where}.")
+
+
+def _check_run_name(name: str) -> None:
+    """A study runs under its database's name, and the name names its folders (Tune's,
+    ``checkpoints/<study>``): one nas would not have given (a slash, a control character: a
+    copy made with Optuna's own tools) is refused."""
+    try:
+        valid = _check_name(name) == name
+    except ConfigError:
+        valid = False
+    if not valid:
+        raise ConfigError(
+            f"Study {inert(name)!r} cannot run under its name, which names its folders: a study "
+            "name is one line of at most 200 characters, without slashes, control characters "
+            "or spaces around it, not starting with '.'; copy it to such a name "
+            "(optuna.copy_study) and resume the copy.")
+
+
+def check_run(spec: StudySpec, *, address: str | None = None,
+              evaluator: Evaluator | None = None) -> int:
+    """Refuse, before anything is written, what would stop a run of ``spec`` once it started
+    writing; start or join Ray; return how many trials can run at once.
+
+    Checked: the name (it names folders), the Ray address, resources Ray cannot schedule or no
+    node of the cluster holds, ``evaluator`` against the call the workers make (the caller
+    resolves it with :func:`resolve_evaluator`: nothing is imported here), every folder the run
+    writes, Tune's logger packages.
+
+    Raises:
+        ConfigError, NasError: one line naming the value and what would be valid.
+    """
+    _check_run_name(spec.name)
+    check_ray_address(address)
+    check_resources(spec.resources)
+    if evaluator is not None:
+        check_evaluator(spec, evaluator)
+    _check_folders(spec)
+    tune_callbacks(spec)  # a logger whose package is missing
+    return connect(address, spec.resources)
 
 
 def _task_facts(spec: StudySpec) -> tuple[TaskGeometry, float]:
@@ -153,25 +272,28 @@ def uniform_chance(geometry: TaskGeometry) -> float:
 def create_study(spec: StudySpec, storage_url: str | None = None, *,
                  geometry: TaskGeometry | None = None,
                  trials: Sequence[tuple[dict[str, Any], dict[str, Any]]] = (),
-                 attrs: Mapping[str, Any] | None = None) -> StudyRun:
+                 attrs: Mapping[str, Any] | None = None,
+                 evaluator: Evaluator | None = None) -> StudyRun:
     """Create the study in the database (refusing an existing name) with its first trials.
 
-    The space, sampler, enqueued architectures, evaluator and task are checked before the
-    database is opened, so a bad study file writes nothing. ``geometry`` (tests, benchmarks)
-    is stored as the geometry the study's costs are computed on. ``trials`` are enqueued after
-    the study file's ``enqueue`` list, as (trial parameters of the space, user attributes);
-    ``attrs`` are study user attributes stored beside the engine's own (``nas promote``).
+    The space, sampler, enqueued architectures, evaluator, task, resources and folders are
+    checked before the database is opened, so a bad study file writes nothing. ``geometry``
+    (tests, benchmarks) is stored as the geometry the study's costs are computed on. ``trials``
+    are enqueued after the study file's ``enqueue`` list, as (trial parameters of the space,
+    user attributes); ``attrs`` are study user attributes stored beside the engine's own
+    (``nas promote``). ``evaluator`` is the function the study will run, where the caller
+    resolved it (else the study file's ``evaluator`` is imported).
     """
     space = _space_for(spec)
     sampler = make_sampler(spec.sampler, spec.seed)
     enqueued = [_enqueue_params(space, item, base_settings(spec)) for item in spec.enqueue]
-    if spec.evaluator:
+    if evaluator is None and spec.evaluator:
         evaluator = _load_evaluator(spec.evaluator)
-        if spec.checkpoints and not _accepts(evaluator, "checkpoint_dir"):
-            raise ConfigError(f"Study key `checkpoints` needs an evaluator that takes "
-                              f"`checkpoint_dir`; {spec.evaluator!r} does not.")
+    if evaluator is not None:
+        check_evaluator(spec, evaluator)
+    check_resources(spec.resources)
     _check_task(spec)
-    _check_checkpoints(spec)
+    _check_folders(spec)
     tune_callbacks(spec)  # a logger whose package is missing: refused before anything is written
     # Building the task checks its data roots and layout; its geometry prices the space.
     if geometry is None:
@@ -452,6 +574,55 @@ def close_interrupted(run: StudyRun, *, reason: str = "the process running the s
     return n
 
 
+@dataclass(frozen=True)
+class _Ready:
+    """What a run found before its first write: its evaluator, how many trials run at once,
+    the geometry its costs are computed on."""
+
+    evaluator: Evaluator | None
+    pool: int
+    geometry: TaskGeometry
+
+
+def _prepare(run: StudyRun, *, address: str | None, evaluator: Evaluator | None,
+             geometry: TaskGeometry | None) -> _Ready | None:
+    """Everything a run of ``run`` would refuse, checked reading only; None: its budget is
+    spent (nothing to check Ray or the evaluator for)."""
+    spec = run.spec
+    _check_run_name(spec.name)
+    check_ray_address(address)  # Ray itself retries for minutes
+    owner = read_owner(run.storage.engine, spec.name)
+    if owner is not None and not is_stale(owner, stale_after=LEASE_STALE_AFTER):
+        raise StudyOwned(f"Study {inert(spec.name)!r} is being run by {owner.describe()}; wait "
+                         "for it to end, or stop that process.")
+    with session(run.storage.url):
+        counted = counted_trials(run.study.get_trials(deepcopy=False))
+    if counted >= spec.budget.trials:
+        return None
+    if evaluator is None:
+        evaluator = resolve_evaluator(spec, stored=run.attrs is not None)
+    pool = check_run(spec, address=address, evaluator=evaluator)
+    return _Ready(evaluator, pool, geometry or run.geometry or _task_geometry(spec))
+
+
+def prepare_resume(name: str, storage: str | None = None, *, vouched: str | None = None,
+                   address: str | None = None) -> tuple[StudyRun, Evaluator | None]:
+    """``nas resume``: study ``name`` read and checked as :func:`run_study` checks it (its
+    stored evaluator ``vouched`` for, see :func:`resolve_evaluator`) before the database is
+    opened for writing, then opened for writing. Returns the run and the evaluator to pass to
+    :func:`run_study`.
+
+    Raises:
+        UnknownStudyError, StoredValueError, StudyOwned, ConfigError: nothing written.
+    """
+    check_ray_address(address)
+    stored = load_existing(name, storage)  # read-only
+    evaluator = resolve_evaluator(stored.spec, stored=True, vouched=vouched)
+    ready = _prepare(stored, address=address, evaluator=evaluator, geometry=None)
+    run = load_existing(name, storage, write=True)
+    if ready is not None:
+        run.geometry = ready.geometry  # a task built to find it is not built again
+    return run, evaluator
 
 
 def run_study(
@@ -466,16 +637,20 @@ def run_study(
 ) -> StudyRun:
     """Run ``run`` until its trial budget is spent or its timeout passes.
 
-    The study's lease is taken first (another live owner: ``StudyOwned``, nothing written);
-    trials a crashed run left RUNNING are then closed and enqueued again. ``evaluator`` replaces
-    the training function on the workers (tests, benchmarks; a study file's ``evaluator`` key
-    does the same from the database); ``geometry`` is then the task geometry used for costs
-    (otherwise the one stored with the study, else the task is built). A finished study returns
-    at once, without starting Ray. ``verbose`` shows Tune's own progress table; ``on_start``
-    is called with the number of counted trials once the study is this process's.
+    Everything the run would refuse is checked first, writing nothing (:func:`check_run`;
+    another live owner: ``StudyOwned``). The study's lease is then taken, and trials a crashed
+    run left RUNNING are closed and enqueued again. ``evaluator`` replaces the training function
+    on the workers (tests, benchmarks; a study file's ``evaluator`` key does the same). A study
+    read from the database (``load_existing``) runs its stored evaluator only when the caller
+    passes it (see :func:`resolve_evaluator`, :func:`prepare_resume`). ``geometry`` is then the
+    task geometry used for costs (otherwise the one stored with the study, else the task is
+    built). A finished study returns at once, without starting Ray. ``verbose`` shows Tune's own
+    progress table; ``on_start`` is called with the number of counted trials once the study is
+    this process's.
 
     Raises:
         StudyOwned: another live process runs the study.
+        ConfigError: what :func:`check_run` refuses; a stored evaluator not passed in.
         NasError: no more trials can start (every draw of a long run broke the constraints, or
             the Ray workers cannot start, e.g. cannot import the evaluator); the running trials
             are finished first, those not started are closed as interrupted and enqueued again.
@@ -483,7 +658,7 @@ def run_study(
     from studies._progress import Progress
 
     spec = run.spec
-    check_ray_address(address)  # before anything is written; Ray itself retries for minutes
+    ready = _prepare(run, address=address, evaluator=evaluator, geometry=geometry)
     lease: Lease = acquire(run.storage.engine, spec.name, stale_after=LEASE_STALE_AFTER)
     with lease:  # renewed by a heartbeat thread while the run lives, released at the end
         close_interrupted(run)
@@ -491,12 +666,9 @@ def run_study(
             counted = counted_trials(run.study.get_trials(deepcopy=False))
         if on_start is not None:
             on_start(counted)
-        if counted >= spec.budget.trials:
+        if ready is None or counted >= spec.budget.trials:
             return run  # a finished study: nothing to start Ray for
-        if evaluator is None and spec.evaluator:
-            evaluator = _load_evaluator(spec.evaluator)
-        pool = connect(address, spec.resources)
-        run.geometry = geometry or run.geometry or _task_geometry(spec)
+        run.geometry = ready.geometry
         if StudyKey.GEOMETRY not in run.study.user_attrs:
             with session(run.storage.url):
                 run.study.set_user_attr(StudyKey.GEOMETRY, asdict(run.geometry))
@@ -519,7 +691,7 @@ def run_study(
             os._exit(RunAborted.exit_code)
 
         with HeadWatch(head_lost):
-            halted = fit(run, evaluator, pool, deadline, bar, verbose)
+            halted = fit(run, ready.evaluator, ready.pool, deadline, bar, verbose)
         if run.study.user_attrs.get(StudyKey.PROMOTED_FROM):
             from studies.promote import record_fidelity
 

@@ -176,6 +176,9 @@ def plan_promotion(name: str, storage_url: str | None = None, *, top: int = DEFA
     data.update({
         "name": _free_name(f"{name}-promoted", study_names(source.storage.url)),
         "description": f"Trials of {name!r} retrained at a higher fidelity (nas promote).",
+        # The space the source's trials were drawn from, as stored: their parameters are
+        # enqueued, and a stored path is not a file to read.
+        "space": source.space.to_dict(),
         "task": ({"name": task_name, **spec.task_options} if task_name == spec.task
                  else task_name),
         "fidelity": {"epochs": epochs or EPOCH_FACTOR * spec.fidelity.epochs,
@@ -195,12 +198,20 @@ def promote(plan: Plan, *, address: str | None = None, progress: bool = True,
             verbose: bool = False) -> dict[str, Any]:
     """Create the promoted study, link it to its source, run it and store its fidelity.
 
-    ``evaluator`` and ``geometry`` as for ``studies.engine.run_study`` (tests, benchmarks).
-    Returns ``StudyKey.FIDELITY``'s value, with the promoted study's ``name``.
+    Everything the run would refuse is checked first (``studies.engine.check_run``): a refused
+    promotion creates no study and leaves the source as it was. ``geometry`` as for
+    ``studies.engine.run_study`` (tests, benchmarks). The source's stored ``evaluator`` is data
+    of the database: the caller passes the function as ``evaluator`` once the person running
+    the command vouched for it (``studies.engine.resolve_evaluator``); without it, a study that
+    names one is refused. Returns ``StudyKey.FIDELITY``'s value, with the promoted study's
+    ``name``.
     """
-    from studies.engine import create_study, load_existing, run_study
+    from studies.engine import check_run, create_study, load_existing, resolve_evaluator, run_study
 
     source, spec = plan.source, plan.spec
+    if evaluator is None:
+        evaluator = resolve_evaluator(source.spec, stored=True)  # none, or refused
+    check_run(spec, address=address, evaluator=evaluator)
     before = fidelity([], spec.objective_names, epochs=spec.fidelity.epochs, task=spec.task,
                       proxy_epochs=source.spec.fidelity.epochs)
     attrs: dict[str, Any] = {StudyKey.PROMOTED_FROM: source.spec.name, StudyKey.FIDELITY: before}
@@ -208,7 +219,7 @@ def promote(plan: Plan, *, address: str | None = None, progress: bool = True,
     if reference is not None and spec.task == source.spec.task:
         attrs[StudyKey.REFERENCE] = reference  # hypervolumes comparable with the source's
     run = create_study(spec, source.storage.url, geometry=geometry, trials=plan.enqueued(),
-                       attrs=attrs)
+                       attrs=attrs, evaluator=evaluator)
     writable = load_existing(source.spec.name, source.storage.url, write=True)
     with session(writable.storage.url):
         listed = list(writable.study.user_attrs.get(StudyKey.PROMOTIONS) or [])

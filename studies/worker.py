@@ -27,7 +27,8 @@ from trainers import TaskData, TrainConfig, get_task, train
 if TYPE_CHECKING:  # the workers import no storage code
     from studies._trials import Evaluator
 
-__all__ = ["EvaluatorUnavailable", "evaluate_trial", "measure_latency_ms", "trainable"]
+__all__ = ["EvaluatorUnavailable", "evaluate_trial", "evaluator_call", "measure_latency_ms",
+           "trainable"]
 
 _TASKS: dict[str, TaskData] = {}
 #: What the final report of a trial carries (the per-epoch reports carry ``epoch`` and its
@@ -94,6 +95,20 @@ def _epoch_metrics(epoch: dict[str, Any]) -> dict[str, Any]:
             **dict.fromkeys(k for k in FINAL_KEYS if k != "value")}
 
 
+def evaluator_call(config: dict[str, Any], report: Callable[[dict[str, Any]], bool]) -> tuple[
+        tuple[Any, ...], dict[str, Any]]:
+    """The arguments a trial's training function is called with, from the searcher's
+    ``config``: ``(arch, settings, task, task_options)`` and the keywords ``latency`` and
+    ``report``, and ``checkpoint_dir`` only when the study keeps checkpoints (an evaluator of
+    one's own takes it only then). The engine checks a study's evaluator against this call
+    before anything is written."""
+    args = (config["arch"], config["settings"], config["task"], config["task_options"])
+    kwargs: dict[str, Any] = {"latency": bool(config.get("latency")), "report": report}
+    if config.get("checkpoint_dir"):
+        kwargs["checkpoint_dir"] = config["checkpoint_dir"]
+    return args, kwargs
+
+
 def trainable(config: dict[str, Any], *, evaluator: bytes | None = None,
               threads: int = 1) -> None:
     """Ray Tune function trainable: one trial of a study.
@@ -121,10 +136,8 @@ def trainable(config: dict[str, Any], *, evaluator: bytes | None = None,
         tune.report(dict(last))
         return False  # the scheduler's STOP ends this function inside tune.report
 
-    # An evaluator of the user's own gets `checkpoint_dir` only when the study asks for it.
-    extra = {"checkpoint_dir": config["checkpoint_dir"]} if config.get("checkpoint_dir") else {}
-    out = function(config["arch"], config["settings"], config["task"], config["task_options"],
-                   latency=bool(config.get("latency")), report=report, **extra)
+    args, kwargs = evaluator_call(config, report)
+    out = function(*args, **kwargs)
     epochs = out.get("epochs") or []
     final = {**(last or _epoch_metrics({"epoch": 0})), "kind": "final",
              "status": str(out.get("status", "failed")), "reason": out.get("reason"),

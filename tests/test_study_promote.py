@@ -98,7 +98,9 @@ def test_promote_writes_a_linked_study(tmp_path: Path, ray_local: None,
     assert source.user_attrs[StudyKey.REFERENCE][1] == 1e6
     complete = [t for t in source.trials if t.state == TrialState.COMPLETE]
     capsys.readouterr()
-    assert nas_main(["promote", "src", "--top", "2", "--epochs", "5", "--storage", url]) == 0
+    # The database names the evaluator: the promotion vouches for it.
+    assert nas_main(["promote", "src", "--top", "2", "--epochs", "5", "--evaluator",
+                     "study_helpers:instant", "--storage", url]) == 0
     out = capsys.readouterr().out
 
     promoted = optuna.load_study(study_name="src-promoted", storage=url)
@@ -152,7 +154,8 @@ def test_promote_writes_a_linked_study(tmp_path: Path, ray_local: None,
         capsys.readouterr().out)
 
     # A second promotion takes the next free name (4x the study's epochs by default).
-    assert nas_main(["promote", "src", "--top", "1", "--storage", url]) == 0
+    assert nas_main(["promote", "src", "--top", "1", "--evaluator", "study_helpers:instant",
+                     "--storage", url]) == 0
     again = optuna.load_study(study_name="src-promoted-2", storage=url)
     assert again.user_attrs[StudyKey.FIDELITY]["epochs"] == 8
     assert optuna.load_study(study_name="src", storage=url).user_attrs[

@@ -100,7 +100,9 @@ def test_sigkill_then_resume(tmp_path) -> None:
         assert left_running, "the crash left no trial RUNNING"
         leftovers = _alive({p: s for p, s in processes.items() if p != proc.pid})
 
-        done = subprocess.run([*h.NAS, "resume", "killed", "--storage", url], env=env,
+        # The database names the evaluator: the resume vouches for it.
+        done = subprocess.run([*h.NAS, "resume", "killed", "--evaluator", "study_helpers:slow",
+                               "--storage", url], env=env,
                               cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, (done.stderr[-3000:], f"leftovers: {sorted(leftovers)}")
         assert "Pareto front of 'killed'" in done.stdout

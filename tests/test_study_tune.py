@@ -203,7 +203,8 @@ def test_a_second_process_on_a_live_study_is_refused_and_the_budget_holds(tmp_pa
     try:
         _wait_for(lambda: read_owner(open_storage(url).engine, "live") is not None, first,
                   "the first run never took the lease")
-        for argv in (["resume", "live"], ["run", str(path)]):
+        for argv in (["resume", "live", "--evaluator", "study_helpers:gated"],
+                     ["run", str(path)]):
             second = subprocess.run([*h.NAS, *argv, "--storage", url], env=env, cwd=tmp_path,
                                     capture_output=True, text=True, timeout=120)
             lines = second.stderr.strip().splitlines()
@@ -333,7 +334,8 @@ def test_a_full_disk_stops_the_run_in_one_line_and_resume_continues(tmp_path, mo
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     assert read_owner(open_storage(url).engine, "full") is None
     monkeypatch.setattr(searcher_module, "write_epoch", real)
-    assert nas_main(["resume", "full", "--storage", url]) == 0
+    assert nas_main(["resume", "full", "--evaluator", "study_helpers:instant",
+                     "--storage", url]) == 0
     assert counted_trials(h.load(url, "full")) == 4
 
 
@@ -386,7 +388,8 @@ def test_when_the_ray_head_dies_trials_are_closed_and_resume_continues(tmp_path)
     assert "stopped answering" in closed[0].user_attrs[TrialKey.REASON]
     assert read_owner(open_storage(url).engine, "head") is None
     gate.touch()
-    done = subprocess.run([*h.NAS, "resume", "head", "--storage", url], env=env, cwd=tmp_path,
+    done = subprocess.run([*h.NAS, "resume", "head", "--evaluator", "study_helpers:gated",
+                           "--storage", url], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert counted_trials(h.load(url, "head")) == 3
