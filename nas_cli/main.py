@@ -413,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: Commands whose standard output shows what the database holds (names, paths, reasons).
-_PRINTS_STORED = frozenset({"status", "pareto", "export", "promote"})
+_PRINTS_STORED = frozenset({"status", "pareto", "export", "promote", "run", "resume"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
