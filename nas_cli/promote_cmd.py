@@ -50,7 +50,7 @@ def _run(args: argparse.Namespace) -> int:
     evaluator = resolve_evaluator(plan.source.spec, stored=True, vouched=args.evaluator)
     # Everything the promoted run would refuse, before the announcement (a refusal is one
     # line) and before the promoted study is created or the source written.
-    check_run(spec, address=args.address, evaluator=evaluator)
+    check_run(spec, address=args.address, evaluator=evaluator, stored=True)
     print(f"promoting {len(plan.front)} Pareto-optimal and {len(plan.dominated)} dominated "
           f"trials of {args.name!r} ({plan.source.spec.fidelity.epochs} epochs on "
           f"{plan.source.spec.task!r}) to {spec.fidelity.epochs} epochs on {spec.task!r} as "

@@ -49,6 +49,7 @@ from search_spaces import SearchSpace, load_space
 from studies._trials import Evaluator, StudyRun, base_settings, counted_trials, suggest
 from studies._tune import fit, run_folders, tune_callbacks
 from studies.cluster import HeadWatch, check_ray_address, check_resources, connect
+from studies.folders import check_claims, claim
 from studies.keys import Status, StudyKey, TrialKey
 from studies.lease import Lease, StudyOwned, acquire, is_stale, read_owner
 from studies.samplers import make_sampler
@@ -224,14 +225,15 @@ def _check_run_name(name: str) -> None:
 
 
 def check_run(spec: StudySpec, *, address: str | None = None,
-              evaluator: Evaluator | None = None) -> int:
+              evaluator: Evaluator | None = None, stored: bool = False) -> int:
     """Refuse, before anything is written, what would stop a run of ``spec`` once it started
     writing; start or join Ray; return how many trials can run at once.
 
     Checked: the name (it names folders), the Ray address, resources Ray cannot schedule or no
     node of the cluster holds, ``evaluator`` against the call the workers make (the caller
     resolves it with :func:`resolve_evaluator`: nothing is imported here), every folder the run
-    writes, Tune's logger packages.
+    writes (for a study file read from the database, ``stored``: only folders a run claimed,
+    see ``studies.folders``), Tune's logger packages.
 
     Raises:
         ConfigError, NasError: one line naming the value and what would be valid.
@@ -242,6 +244,8 @@ def check_run(spec: StudySpec, *, address: str | None = None,
     if evaluator is not None:
         check_evaluator(spec, evaluator)
     _check_folders(spec)
+    if stored:
+        check_claims(spec)
     tune_callbacks(spec)  # a logger whose package is missing
     return connect(address, spec.resources)
 
@@ -273,7 +277,8 @@ def create_study(spec: StudySpec, storage_url: str | None = None, *,
                  geometry: TaskGeometry | None = None,
                  trials: Sequence[tuple[dict[str, Any], dict[str, Any]]] = (),
                  attrs: Mapping[str, Any] | None = None,
-                 evaluator: Evaluator | None = None) -> StudyRun:
+                 evaluator: Evaluator | None = None,
+                 claim_folders: bool = True) -> StudyRun:
     """Create the study in the database (refusing an existing name) with its first trials.
 
     The space, sampler, enqueued architectures, evaluator, task, resources and folders are
@@ -282,7 +287,10 @@ def create_study(spec: StudySpec, storage_url: str | None = None, *,
     are enqueued after the study file's ``enqueue`` list, as (trial parameters of the space,
     user attributes); ``attrs`` are study user attributes stored beside the engine's own
     (``nas promote``). ``evaluator`` is the function the study will run, where the caller
-    resolved it (else the study file's ``evaluator`` is imported).
+    resolved it (else the study file's ``evaluator`` is imported). The folders the study file
+    names (``checkpoints``, ``tune.storage_path``) are claimed for it (``studies.folders``);
+    with ``claim_folders=False`` (a study file read from the database: ``nas promote``) they
+    must have been claimed by a run already.
     """
     space = _space_for(spec)
     sampler = make_sampler(spec.sampler, spec.seed)
@@ -318,6 +326,10 @@ def create_study(spec: StudySpec, storage_url: str | None = None, *,
             f"Study {spec.name!r} already exists; continue it with `nas resume {spec.name}` or "
             "choose another --name."
         )
+    if claim_folders:
+        claim(spec)  # the author's folders: made, and marked as this study's (studies.folders)
+    else:
+        check_claims(spec)
     storage = open_storage(url)
     with session(storage.url):
         try:
@@ -601,7 +613,7 @@ def _prepare(run: StudyRun, *, address: str | None, evaluator: Evaluator | None,
         return None
     if evaluator is None:
         evaluator = resolve_evaluator(spec, stored=run.attrs is not None)
-    pool = check_run(spec, address=address, evaluator=evaluator)
+    pool = check_run(spec, address=address, evaluator=evaluator, stored=run.attrs is not None)
     return _Ready(evaluator, pool, geometry or run.geometry or _task_geometry(spec))
 
 

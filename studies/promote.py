@@ -211,7 +211,7 @@ def promote(plan: Plan, *, address: str | None = None, progress: bool = True,
     source, spec = plan.source, plan.spec
     if evaluator is None:
         evaluator = resolve_evaluator(source.spec, stored=True)  # none, or refused
-    check_run(spec, address=address, evaluator=evaluator)
+    check_run(spec, address=address, evaluator=evaluator, stored=True)
     before = fidelity([], spec.objective_names, epochs=spec.fidelity.epochs, task=spec.task,
                       proxy_epochs=source.spec.fidelity.epochs)
     attrs: dict[str, Any] = {StudyKey.PROMOTED_FROM: source.spec.name, StudyKey.FIDELITY: before}
@@ -219,6 +219,7 @@ def promote(plan: Plan, *, address: str | None = None, progress: bool = True,
     if reference is not None and spec.task == source.spec.task:
         attrs[StudyKey.REFERENCE] = reference  # hypervolumes comparable with the source's
     run = create_study(spec, source.storage.url, geometry=geometry, trials=plan.enqueued(),
+                       claim_folders=False,
                        attrs=attrs, evaluator=evaluator)
     writable = load_existing(source.spec.name, source.storage.url, write=True)
     with session(writable.storage.url):

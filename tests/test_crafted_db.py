@@ -332,7 +332,7 @@ def _study_with_checkpoint(root: Path) -> tuple[str, Path, str]:
                          cost.params, cost.madds)
     path = save_checkpoint(create_model(config, h.GEOMETRY), config, TrainConfig(),
                            SimpleNamespace(name=spec.task, geometry=h.GEOMETRY), None, result,
-                           folder)
+                           Path(spec.checkpoint_dir(trial.number) or ""))  # as a worker saves
     for key, value in {TrialKey.ARCH: config.to_dict(), TrialKey.ARCH_ID: config.arch_id,
                        TrialKey.STATUS: Status.COMPLETED, TrialKey.CHECKPOINT: str(path)}.items():
         trial.set_user_attr(key, value)
@@ -358,7 +358,10 @@ def test_checkpoint_paths_are_confined(tmp_path: Path, capsys: pytest.CaptureFix
     import torch
 
     url, real, arch_id = _study_with_checkpoint(tmp_path)
-    folder = real.parent
+    folder = tmp_path / "ckpt"
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (folder / "linked").symlink_to(outside)
     secret = tmp_path / "secret.txt"
     secret.write_text("PGPASSWORD=hunter2")
     marker = tmp_path / "ran"
@@ -370,6 +373,8 @@ def test_checkpoint_paths_are_confined(tmp_path: Path, capsys: pytest.CaptureFix
         "dotdot": f"{folder}/../{real.name}",
         "relative": real.name,
         "other-name": str(folder / "other.pt"),
+        "the-folder-itself": str(folder),
+        "folder-link-out": str(folder / "linked" / real.name),
         "link-out": str(real),
         "not-a-checkpoint": str(real),
         "pickle-code": str(real),
@@ -391,6 +396,8 @@ def test_checkpoint_paths_are_confined(tmp_path: Path, capsys: pytest.CaptureFix
             torch.save(other_blob, real)
         elif label == "a-folder":
             real.mkdir()
+        elif label == "folder-link-out":
+            (outside / real.name).write_bytes(original)
         else:
             real.write_bytes(original)
         db = Path(url.removeprefix("sqlite:///"))

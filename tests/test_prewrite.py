@@ -11,6 +11,7 @@ and a copy made with `optuna.copy_study` resumes as itself.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import shutil
 import sys
@@ -226,6 +227,11 @@ RESUME_CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
                                          "storage_path": "{root}/a-file"}},
      [], "`tune.storage_path`: '{root}/a-file' is a file"),
     ("checkpoints-blocked", {"checkpoints": "{root}/a-file/weights"}, [], "`checkpoints`"),
+    ("checkpoints-not-claimed", {"checkpoints": "{root}/ssh"}, [],
+     "`checkpoints` names '{root}/ssh', which no `nas run` made (it holds no .nas-study"),
+    ("storage-path-not-claimed", {"tune": {"callbacks": ["json"], "max_failures": 0,
+                                           "storage_path": "{root}/ssh"}},
+     [], "`tune.storage_path` names '{root}/ssh', which no `nas run` made"),
 ]
 
 
@@ -235,6 +241,7 @@ def test_resume_refuses_before_the_database_is_written(stored_change: dict[str, 
                                                        flags: list[str], fragment: str,
                                                        stored: Path, capsys) -> None:
     (stored / "a-file").write_text("x")
+    (stored / "ssh").mkdir()  # a folder that exists, and that no run made
     change = yaml.safe_load(yaml.safe_dump(stored_change).replace("{root}", str(stored)))
     _edit(stored / "studies.db", "s", _stored_spec(**change))
     line = _refused(["resume", "s", *flags, "--storage", "sqlite:///studies.db"], capsys,
@@ -273,6 +280,8 @@ PROMOTE_CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
     ("storage-path-is-a-file", {"tune": {"callbacks": ["json"], "max_failures": 0,
                                          "storage_path": "{root}/a-file"}},
      [], "`tune.storage_path`: '{root}/a-file' is a file"),
+    ("checkpoints-not-claimed", {"checkpoints": "{root}/ssh"}, [],
+     "`checkpoints` names '{root}/ssh', which no `nas run` made"),
 ]
 
 
@@ -282,6 +291,7 @@ def test_promote_refuses_before_the_promoted_study_exists(stored_change: dict[st
                                                           flags: list[str], fragment: str,
                                                           stored: Path, capsys) -> None:
     (stored / "a-file").write_text("x")
+    (stored / "ssh").mkdir()  # a folder that exists, and that no run made
     change = yaml.safe_load(yaml.safe_dump(stored_change).replace("{root}", str(stored)))
     _edit(stored / "studies.db", "src", _stored_spec(**change))
     line = _refused(["promote", "src", *flags, "--storage", "sqlite:///studies.db"], capsys,
@@ -359,3 +369,19 @@ def test_a_copy_resumes_as_itself(tmp_path: Path, ray_local: None, monkeypatch,
     assert _record(url, "orig") == source
     assert _snapshot(runs / "orig") == orig_runs
     assert sorted(p.name for p in runs.iterdir()) == ["copy", "orig"]
+
+
+def test_a_run_claims_its_folders_and_a_resume_accepts_them(tmp_path: Path) -> None:
+    """`nas run` (the study file's author) makes its folders and marks them; the same folders
+    read back from the database are then accepted, and no others."""
+    from studies.folders import MARKER, check_claims
+
+    weights, tune = tmp_path / "weights", tmp_path / "tune"
+    spec = StudySpec.from_dict(h.study_dict("claimed", checkpoints=str(weights),
+                                            tune={"storage_path": str(tune)}))
+    create_study(spec, f"sqlite:///{tmp_path / 'db.db'}", geometry=h.GEOMETRY)
+    assert (weights / MARKER).read_text() == "claimed\n" == (tune / MARKER).read_text()
+    check_claims(spec)  # accepted
+    elsewhere = dataclasses.replace(spec, checkpoints=str(tmp_path))
+    with pytest.raises(ConfigError, match="no `nas run` made"):
+        check_claims(elsewhere)

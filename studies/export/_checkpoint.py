@@ -4,9 +4,10 @@ The checkpoint path is a trial attribute, and anything in the database may have 
 another tool: a path to ``/proc/self/environ`` or ``~/.ssh/id_rsa`` must never be copied into an
 export or served by the dashboard. A stored path is accepted only when it is
 
-- absolute, without ``..``, and directly inside the study's own checkpoint folder (its study
-  file's ``checkpoints`` key), named ``<arch_id>.pt`` after the trial's architecture, as
-  ``trainers.loop.save_checkpoint`` names it;
+- absolute, without ``..``, and inside the study's own checkpoint folder (its study file's
+  ``checkpoints`` key, where each trial saves into ``<study>/trial-<N>/``; a reused result
+  names another trial's, a copied study its source's), named ``<arch_id>.pt`` after the
+  trial's architecture, as ``trainers.loop.save_checkpoint`` names it;
 - a regular file that is not a symbolic link, whose real path is still inside the folder's real
   path (a link in the folder leading out is refused);
 - a checkpoint of ours: it loads with ``torch.load(weights_only=True)`` (no pickled code runs)
@@ -59,9 +60,10 @@ def read_checkpoint(stored: str | None, folder: str | None, *, study: str, numbe
     if not os.path.isabs(stored) or ".." in stored.replace("\\", "/").split("/"):
         raise _refuse(study, number, "must be an absolute path without '..'")
     path, folder = os.path.normpath(stored), os.path.normpath(folder)
-    if os.path.dirname(path) != folder or os.path.basename(path) != f"{arch_id}.pt":
-        raise _refuse(study, number, f"must be {arch_id}.pt in the study's checkpoint folder "
-                                     f"{folder!a}")
+    if (path == folder or os.path.commonpath([path, folder]) != folder
+            or os.path.basename(path) != f"{arch_id}.pt"):
+        raise _refuse(study, number, f"must be a file {arch_id}.pt inside the study's "
+                                     f"checkpoint folder {folder!a}")
     try:
         info = os.lstat(path)
     except OSError:
@@ -69,8 +71,8 @@ def read_checkpoint(stored: str | None, folder: str | None, *, study: str, numbe
     if not stat.S_ISREG(info.st_mode):
         raise _refuse(study, number, "names a symbolic link or something else than a regular "
                                      "file")
-    real_folder = os.path.realpath(folder)
-    if os.path.dirname(os.path.realpath(path)) != real_folder:
+    real_folder, real = os.path.realpath(folder), os.path.realpath(path)
+    if os.path.commonpath([real, real_folder]) != real_folder:
         raise _refuse(study, number, "leads out of the study's checkpoint folder")
     if info.st_size > MAX_CHECKPOINT_BYTES:
         raise _refuse(study, number, f"names a file larger than {MAX_CHECKPOINT_BYTES:,} bytes")
