@@ -235,18 +235,25 @@ RESUME_CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
 ]
 
 
+def _refused_with_stored(argv: list[str], stored_change: dict[str, Any], fragment: str,
+                         stored: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``argv`` (``resume NAME`` or ``promote NAME`` and flags) refused in one line holding
+    ``fragment``, once the study's stored file carries ``stored_change``, with nothing
+    written."""
+    (stored / "a-file").write_text("x")
+    (stored / "ssh").mkdir()  # a folder that exists, and that no run made
+    change = yaml.safe_load(yaml.safe_dump(stored_change).replace("{root}", str(stored)))
+    _edit(stored / "studies.db", argv[1], _stored_spec(**change))
+    line = _refused([*argv, "--storage", "sqlite:///studies.db"], capsys, stored)
+    assert fragment.replace("{root}", str(stored)) in line
+
+
 @pytest.mark.parametrize(("stored_change", "flags", "fragment"),
                          [c[1:] for c in RESUME_CASES], ids=[c[0] for c in RESUME_CASES])
 def test_resume_refuses_before_the_database_is_written(stored_change: dict[str, Any],
                                                        flags: list[str], fragment: str,
                                                        stored: Path, capsys) -> None:
-    (stored / "a-file").write_text("x")
-    (stored / "ssh").mkdir()  # a folder that exists, and that no run made
-    change = yaml.safe_load(yaml.safe_dump(stored_change).replace("{root}", str(stored)))
-    _edit(stored / "studies.db", "s", _stored_spec(**change))
-    line = _refused(["resume", "s", *flags, "--storage", "sqlite:///studies.db"], capsys,
-                    stored)
-    assert fragment.replace("{root}", str(stored)) in line
+    _refused_with_stored(["resume", "s", *flags], stored_change, fragment, stored, capsys)
     trials = h.load(f"sqlite:///{stored / 'studies.db'}", "s")
     assert [t.state for t in trials][-1] == TrialState.RUNNING  # not closed
 
@@ -290,13 +297,7 @@ PROMOTE_CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
 def test_promote_refuses_before_the_promoted_study_exists(stored_change: dict[str, Any],
                                                           flags: list[str], fragment: str,
                                                           stored: Path, capsys) -> None:
-    (stored / "a-file").write_text("x")
-    (stored / "ssh").mkdir()  # a folder that exists, and that no run made
-    change = yaml.safe_load(yaml.safe_dump(stored_change).replace("{root}", str(stored)))
-    _edit(stored / "studies.db", "src", _stored_spec(**change))
-    line = _refused(["promote", "src", *flags, "--storage", "sqlite:///studies.db"], capsys,
-                    stored)
-    assert fragment.replace("{root}", str(stored)) in line
+    _refused_with_stored(["promote", "src", *flags], stored_change, fragment, stored, capsys)
 
 
 def test_promote_refuses_resources_the_cluster_cannot_hold(stored: Path, ray_local: None,
