@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 
 from dashboard.data import StudyData
-from studies.keys import StudyKey
 from studies.pareto import (
     Sweep,
     fill_reference,
@@ -225,7 +224,7 @@ class StudyView:
     @cached_property
     def sweep(self) -> Sweep:
         return pareto_sweep(self.values, self.data.info.directions,
-                            reference=self.data.info.attrs.get(StudyKey.REFERENCE),
+                            reference=self.data.info.reference,
                             max_points=CURVE_POINTS)
 
     @property
@@ -292,7 +291,7 @@ def shared_hypervolumes(views: Sequence[StudyView]) -> tuple[list[float], list[f
                     f"({', '.join(info.objectives)} vs {', '.join(first.objectives)}): their "
                     "hypervolumes do not compare.")
     directions = list(first.directions)
-    refs = np.array([fill_reference(v.data.info.attrs.get(StudyKey.REFERENCE), v.values,
+    refs = np.array([fill_reference(v.data.info.reference, v.values,
                                     directions) for v in views])
     shared = [float(refs[:, k].min() if d == "maximize" else refs[:, k].max())
               for k, d in enumerate(directions)]

@@ -5,10 +5,17 @@ percent-encoded). Callbacks are registered on the app instance, never on Dash's 
 registry, so two apps (tests) never share them. Live refresh: a ``dcc.Interval`` asks for the
 study's fingerprint (one cheap query); only when it changed does the study's store change and
 its figures recompute, from one load of the study shared by every view (cached per version).
+
+Every callback that reads the database turns a ``NasError`` (an unknown study, the database
+gone, a stored value that does not parse: ``studies.stored.StoredValueError``) into its one line
+in the page, and one line in the log: never a server error. Downloads serve only what the app
+renders (CSV through :func:`_send_csv`, configs through ``dashboard.exports``): no file named by
+the database is read here.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import urllib.parse
@@ -36,14 +43,17 @@ from dashboard.data import (
     readonly_optuna_storage,
     study_info,
     study_names,
+    trial_state,
 )
 from dashboard.formatting import kind_of, number
 from nas.errors import NasError
-from studies.keys import StudyKey
 from studies.pareto import normalized_hypervolume
 from studies.storage import resolve_storage_url
+from studies.stored import StoredValueError
 
 __all__ = ["create_app"]
+
+_log = logging.getLogger(__name__)
 
 _CACHED_STUDIES = 6
 
@@ -100,14 +110,16 @@ class _Reader:
         values = frame.attrs["values"]
         rows = []
         for info, row in zip(infos, frame.to_dict("records"), strict=True):
+            if info.problem is not None:  # listed, with why, beside the others
+                rows.append({**row, "best": {}, "hypervolume": None})
+                continue
             mine = values[values.study_id == info.study_id]
             wide = mine.pivot_table(index="number", columns="objective", values="value")
             wide = wide.reindex(columns=range(len(info.objectives))).dropna()
             matrix = wide.to_numpy(dtype=float)
             key = (len(matrix), float(wide.index.to_numpy().sum()))
             if self._volumes.get(info.study_id, (None, 0.0))[0] != key:
-                volume = normalized_hypervolume(matrix, info.directions,
-                                                info.attrs.get(StudyKey.REFERENCE))
+                volume = normalized_hypervolume(matrix, info.directions, info.reference)
                 self._volumes[info.study_id] = (key, volume)
             best = {}
             for i, (name, direction) in enumerate(zip(info.objectives, info.directions,
@@ -157,29 +169,33 @@ def _formats(family: str | None) -> list[str]:
 
 
 def _family(info: _Info) -> str | None:
-    space = info.attrs.get(StudyKey.SPACE) or {}
-    base = space.get("base") if isinstance(space, dict) else None
-    if isinstance(base, dict):
-        return base.get("family")
-    if isinstance(base, str):
-        from nas.presets import get_preset
-
-        try:
-            return get_preset(base).family
-        except NasError:
-            return None
-    return None
+    """The family of the study's search space (its parsed base config), for the formats."""
+    space = info.stored.space if info.stored is not None else None
+    return space.base_config.family if space is not None else None
 
 
-def _guarded(fallback: Callable[[str], Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Turn a ``NasError`` (unknown study, database gone) into ``fallback(message)``."""
+def _trial_family(trial: dict[str, Any]) -> str | None:
+    family = (trial.get("arch") or {}).get("family")
+    return family if isinstance(family, str) else None
+
+
+def _line(exc: BaseException) -> str:
+    """An error as the page shows it: one line."""
+    return " ".join(str(exc).split())
+
+
+def _guarded(fallback: Callable[[NasError], Any]
+             ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Turn a ``NasError`` (unknown study, database gone, a stored value that does not parse)
+    into ``fallback(error)``, logged as one line."""
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         def inner(*args: Any) -> Any:
             try:
                 return fn(*args)
             except NasError as exc:
-                return fallback(str(exc))
+                _log.warning("%s: %s", fn.__name__, _line(exc))
+                return fallback(exc)
 
         inner.__name__ = fn.__name__
         return inner
@@ -187,9 +203,15 @@ def _guarded(fallback: Callable[[str], Any]) -> Callable[[Callable[..., Any]], C
     return wrap
 
 
+def _page_error(exc: NasError) -> list[Any]:
+    if isinstance(exc, StoredValueError):
+        return layout.page_unreadable(_line(exc))
+    return layout.page_not_found(_line(exc))
+
+
 def _register_pages(app: dash.Dash, reader: _Reader, refresh_ms: int) -> None:
     @app.callback(Output(layout.PAGE, "children"), Input(layout.URL, "pathname"))
-    @_guarded(layout.page_not_found)
+    @_guarded(_page_error)
     def route(pathname: str | None) -> Any:
         parts = _parse(pathname)
         if not parts:
@@ -199,8 +221,8 @@ def _register_pages(app: dash.Dash, reader: _Reader, refresh_ms: int) -> None:
             version = reader.version(info)
             view = reader.view(info.name, version)
             others = [n for n in study_names(reader.engine) if n != info.name]
-            promoted = bool(info.attrs.get(StudyKey.PROMOTED_FROM)
-                            or info.attrs.get(StudyKey.PROMOTIONS))
+            stored = info.stored
+            promoted = stored is not None and bool(stored.promoted_from or stored.promotions)
             x, y = layout.front_axes(info.objectives)
             front = (figures.pareto_2d(view.data, x, y, view.front, labels=_hover(view))
                      if x is not None and y is not None else None)
@@ -208,29 +230,31 @@ def _register_pages(app: dash.Dash, reader: _Reader, refresh_ms: int) -> None:
                                      formats=_formats(_family(info)), refresh_ms=refresh_ms,
                                      promoted=promoted, front=front)
         if parts[0] == "study" and len(parts) == 4 and parts[2] == "trial":
-            if not re.fullmatch(r"\d+", parts[3]):
+            if not re.fullmatch(r"\d{1,18}", parts[3]):
                 return layout.page_not_found(f"{parts[3]!r} is not a trial number.")
             info = reader.info(parts[1])
-            trial = load_trial(reader.engine, info, int(parts[3]))
-            return layout.trial_page(info.name, trial["number"], trial["state"] == "running",
-                                     refresh_ms)
+            # The trial's stored values are read (and any that does not parse reported) by
+            # the body's callback, under the page's link back to the study.
+            number = int(parts[3])
+            state = trial_state(reader.engine, info, number)
+            return layout.trial_page(info.name, number, state == "running", refresh_ms)
         return layout.page_not_found(f"No page at {pathname!r}.")
 
     @app.callback(Output(layout.STUDIES_TABLE, "children"),
                   Input(layout.STUDIES_TICK, "n_intervals"))
-    @_guarded(lambda message: message)
+    @_guarded(lambda exc: layout.problem(_line(exc)))
     def studies(_tick: int | None) -> Any:
         return layout.studies_table(reader.studies())
 
     @app.callback(Output(layout.TRIAL_BODY, "children"), Output(layout.TRIAL_TICK, "disabled"),
                   Input(layout.TRIAL_TICK, "n_intervals"), State(layout.TRIAL, "data"))
-    @_guarded(lambda message: (message, True))
+    @_guarded(lambda exc: (layout.problem(_line(exc), id_=layout.TRIAL_PROBLEM), True))
     def trial(_tick: int | None, store: dict[str, Any]) -> Any:
         info = reader.info(store["name"])
         trial = load_trial(reader.engine, info, int(store["number"]))
-        body = layout.trial_body(info.name, trial, _formats((trial.get("arch") or {}).get(
-            "family")), figures.cost_parts(trial.get("cost")),
-            figures.epoch_curves(trial["epochs"], trial["intermediate"]))
+        body = layout.trial_body(info.name, trial, _formats(_trial_family(trial)),
+                                 figures.cost_parts(trial.get("cost")),
+                                 figures.epoch_curves(trial["epochs"], trial["intermediate"]))
         return body, trial["state"] != "running"
 
 
@@ -242,17 +266,19 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
 
     @app.callback(Output(layout.STUDY, "data"), Input(layout.STUDY_TICK, "n_intervals"),
                   State(layout.STUDY, "data"), prevent_initial_call=True)
-    @_guarded(lambda message: no_update)
+    @_guarded(lambda exc: no_update)
     def refresh(_tick: int | None, data: dict[str, Any]) -> Any:
         version = reader.version(reader.info(data["name"]))
         return no_update if version == data.get("version") else {**data, "version": version}
 
     @app.callback(Output(layout.SUMMARY, "children"), store)
-    @_guarded(lambda message: message)
+    @_guarded(lambda exc: layout.problem(_line(exc)))
     def summary(data: dict[str, Any]) -> Any:
         v = view(data)
+        trials = v.data.trials
         return layout.study_summary(v.data.info, v.counts, v.best, v.hypervolume,
-                                    v.last_activity)
+                                    v.last_activity,
+                                    [int(n) for n in trials.number[trials.unreadable.notna()]])
 
     # The page arrives with its front drawn (the route sends it): this redraws it when the
     # axes, the trials or the selection change.
@@ -260,7 +286,7 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
                   Input(layout.PARETO_X, "value"), Input(layout.PARETO_Y, "value"),
                   Input(layout.SELECTED, "data"), Input(layout.PARETO_SCALE, "value"),
                   prevent_initial_call=True)
-    @_guarded(lambda message: (figures.empty(message), no_update))
+    @_guarded(lambda exc: (figures.empty(_line(exc)), no_update))
     def pareto_2d(data: dict[str, Any], x: str, y: str, selection: dict[str, Any] | None,
                   scale: str | None) -> Any:
         v = view(data)
@@ -277,7 +303,7 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
                   Input(layout.SELECTED, "data"), Input(layout.PARETO_SCALE, "value"),
                   State(layout.PARCOORDS_RANGES, "data"),
                   State(layout.STUDY, "data"), State(layout.EFFECT_CONTROLS, "style"))
-    @_guarded(lambda message: (message, no_update))
+    @_guarded(lambda exc: (layout.problem(_line(exc)), no_update))
     def show_view(tab: str, drawn: str | None, knob: str | None, objective: str | None,
                   selection: dict[str, Any] | None, scale: str | None,
                   ranges: dict[str, Any] | None, data: dict[str, Any],
@@ -309,7 +335,7 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
                   State(layout.SELECTED, "data"), State(layout.PARCOORDS_RANGES, "data"),
                   State(layout.TABLE, "data"), State(layout.STUDY, "data"),
                   prevent_initial_call=True)
-    @_guarded(lambda message: (no_update, no_update))
+    @_guarded(lambda exc: (no_update, no_update))
     def select(front: dict[str, Any] | None, rows: list[Any] | None, restyles: list[Any],
                _clear: int | None, current: dict[str, Any] | None,
                ranges: dict[str, Any] | None, page: list[dict[str, Any]] | None,
@@ -352,7 +378,7 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
     @app.callback(Output(layout.TABLE, "columns"), Output(layout.EFFECT_KNOB, "options"),
                   Output(layout.EFFECT_KNOB, "value"), store, State(layout.TABLE, "columns"),
                   State(layout.EFFECT_KNOB, "value"))
-    @_guarded(lambda message: (no_update, no_update, no_update))
+    @_guarded(lambda exc: (no_update, no_update, no_update))
     def knobs(data: dict[str, Any], shown: list[dict[str, Any]] | None,
               knob: str | None) -> Any:
         # The knobs are the parameters the trials hold: a page opened before the first trial
@@ -368,7 +394,7 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
 
     @app.callback(Output(layout.COMPARE, "figure"), store, Input(layout.COMPARE_WITH, "value"),
                   Input(layout.PARETO_X, "value"), Input(layout.PARETO_Y, "value"))
-    @_guarded(figures.empty)
+    @_guarded(lambda exc: figures.empty(_line(exc)))
     def compare(data: dict[str, Any], other: str | None, x: str, y: str) -> Any:
         if not other:
             return figures.empty("Choose a study to compare with.")
@@ -384,7 +410,7 @@ def _register_study(app: dash.Dash, reader: _Reader) -> None:
                   Input(layout.TABLE, "page_current"), Input(layout.TABLE, "page_size"),
                   Input(layout.TABLE, "sort_by"), Input(layout.TABLE, "filter_query"),
                   Input(layout.SELECTED, "data"))
-    @_guarded(lambda message: ([], 0, [], []))
+    @_guarded(lambda exc: ([], 0, [], []))
     def table(data: dict[str, Any], page: int | None, size: int | None,
               sort_by: list[dict[str, str]] | None, query: str | None,
               selection: dict[str, Any] | None) -> Any:
@@ -477,8 +503,8 @@ def _promotion_figure(reader: _Reader, v: StudyView) -> Any:
     from studies.promote import rank_agreement
 
     info = v.data.info
-    if not info.attrs.get(StudyKey.PROMOTED_FROM):
-        promotions = info.attrs.get(StudyKey.PROMOTIONS) or []
+    if info.stored is None or not info.stored.promoted_from:
+        promotions = info.stored.promotions if info.stored is not None else ()
         if not promotions:
             return figures.empty("This study has not been promoted (nas promote).")
         v = reader.view(promotions[-1])
@@ -489,7 +515,7 @@ def _promotion_figure(reader: _Reader, v: StudyView) -> Any:
     pairs = links[links.number.isin(complete.index)].assign(
         promoted=lambda df: complete.reindex(df.number).to_numpy())
     tau, _ = rank_agreement(list(pairs.proxy), list(pairs.promoted))
-    fidelity = info.attrs.get(StudyKey.FIDELITY) or {}
+    fidelity = (info.stored.fidelity if info.stored is not None else None) or {}
     return figures.promotion_scatter(pairs, tau=tau, metric=metric, epochs=(
         fidelity.get("proxy_epochs", "?"), fidelity.get("epochs", "?")))
 
@@ -513,14 +539,33 @@ def _missing(value: Any) -> bool:
     return value is None or value is pd.NaT or (isinstance(value, float) and np.isnan(value))
 
 
+#: What a spreadsheet reads as the start of a formula (OWASP's CSV injection list).
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_cell(value: Any) -> Any:
+    """A text cell that a spreadsheet would run as a formula, with a leading apostrophe (it
+    shows the text as written); numbers, a negative one too, stay numbers."""
+    return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_STARTS) else value
+
+
 def _csv_safe(df: pd.DataFrame) -> pd.DataFrame:
-    """Text cells that a spreadsheet would run as a formula get a leading apostrophe."""
-    df = df.copy()
-    for column in df.columns:
-        if df[column].dtype == object:
-            df[column] = [("'" + v) if isinstance(v, str) and v[:1] in ("=", "+", "@", "\t", "\r")
-                          else v for v in df[column]]
+    """``df`` with every text cell and column name neutralised by :func:`_csv_cell`."""
+    df = df.rename(columns=lambda c: _csv_cell(str(c)))
+    for i in range(df.shape[1]):
+        column = df.iloc[:, i]
+        if not pd.api.types.is_numeric_dtype(column) and \
+                not pd.api.types.is_datetime64_any_dtype(column):
+            df.isetitem(i, column.map(_csv_cell))
     return df
+
+
+def _send_csv(rows: pd.DataFrame, filename: str) -> dict[str, Any]:
+    """A CSV download of ``rows``: every CSV the dashboard serves is made here."""
+    # Lines end CRLF (RFC 4180), so a cell holding a carriage return is quoted as one holding
+    # a line feed is: no cell can start a row of its own.
+    return dcc.send_string(_csv_safe(rows).to_csv(index=False, lineterminator="\r\n"),
+                           filename)
 
 
 def _filename(name: str) -> str:
@@ -528,28 +573,37 @@ def _filename(name: str) -> str:
 
 
 def _register_downloads(app: dash.Dash, reader: _Reader) -> None:
-    @app.callback(Output(layout.CSV_DOWNLOAD, "data"), Input(layout.CSV_BUTTON, "n_clicks"),
-                  State(layout.STUDY, "data"), State(layout.TABLE, "sort_by"),
-                  State(layout.TABLE, "filter_query"), prevent_initial_call=True)
+    # Each download answers with the file or with why not (one line beside its button), never
+    # a server error: a study or trial that does not parse, a checkpoint that the export code
+    # refuses (``NasError``), a file it cannot read (``OSError``).
+    @app.callback(Output(layout.CSV_DOWNLOAD, "data"), Output(layout.CSV_MESSAGE, "children"),
+                  Input(layout.CSV_BUTTON, "n_clicks"), State(layout.STUDY, "data"),
+                  State(layout.TABLE, "sort_by"), State(layout.TABLE, "filter_query"),
+                  prevent_initial_call=True)
     def csv(clicks: int | None, data: dict[str, Any], sort_by: Any, query: str | None) -> Any:
         if not clicks:
-            return no_update
-        v = reader.view(data["name"], data.get("version"))
-        rows = sort_trials(filter_trials(v.table, query), sort_by)
-        return dcc.send_string(_csv_safe(rows).to_csv(index=False),
-                               f"{_filename(data['name'])}-trials.csv")
+            return no_update, no_update
+        try:
+            v = reader.view(data["name"], data.get("version"))
+            rows = sort_trials(filter_trials(v.table, query), sort_by)
+        except NasError as exc:
+            return no_update, _refused("csv", exc)
+        return _send_csv(rows, f"{_filename(data['name'])}-trials.csv"), ""
 
     @app.callback(Output(layout.SELECTION_DOWNLOAD, "data"),
+                  Output(layout.SELECTION_MESSAGE, "children"),
                   Input(layout.SELECTION_CSV, "n_clicks"), State(layout.SELECTED, "data"),
                   State(layout.STUDY, "data"), prevent_initial_call=True)
     def selection_csv(clicks: int | None, selection: dict[str, Any] | None,
                       data: dict[str, Any]) -> Any:
         if not clicks:
-            return no_update
-        v = reader.view(data["name"], data.get("version"))
+            return no_update, no_update
+        try:
+            v = reader.view(data["name"], data.get("version"))
+        except NasError as exc:
+            return no_update, _refused("selection_csv", exc)
         rows = v.table[v.table.number.isin(_numbers(selection))]
-        return dcc.send_string(_csv_safe(rows).to_csv(index=False),
-                               f"{_filename(data['name'])}-selected.csv")
+        return _send_csv(rows, f"{_filename(data['name'])}-selected.csv"), ""
 
     @app.callback(Output(layout.TRIAL_DOWNLOAD, "data"), Output(layout.TRIAL_MESSAGE, "children"),
                   Input({"type": layout.EXPORT, "format": ALL}, "n_clicks"),
@@ -562,8 +616,8 @@ def _register_downloads(app: dash.Dash, reader: _Reader) -> None:
             trial = load_trial(reader.engine, info, int(data["number"]))
             record = exports.trial_record(info, trial, reader.export_storage())
             filename, content = exports.trial_file(record, ctx.triggered_id["format"])
-        except NasError as exc:
-            return no_update, str(exc)
+        except (NasError, OSError) as exc:
+            return no_update, _refused("export_trial", exc)
         send = dcc.send_bytes if isinstance(content, bytes) else dcc.send_string
         return send(content, filename), f"Downloaded {filename}."
 
@@ -582,8 +636,17 @@ def _register_downloads(app: dash.Dash, reader: _Reader) -> None:
                                          lambda n: load_trial(reader.engine, info, n),
                                          reader.export_storage())
             blob = exports.pareto_zip(records, fmt)
-        except NasError as exc:
-            return no_update, str(exc)
+        except (NasError, OSError) as exc:
+            return no_update, _refused("export_pareto", exc)
         filename = f"{_filename(data['name'])}-pareto-{fmt}.zip"
         return (dcc.send_bytes(blob, filename),
                 f"Downloaded {len(records)} trials as {filename}.")
+
+
+def _refused(what: str, exc: BaseException) -> str:
+    """Why a download was not served, in one line (and one line in the log)."""
+    line = _line(exc)
+    if isinstance(exc, OSError):  # the export code's read of a file; its words, not ours
+        line = f"Could not read a file for this download: {exc.strerror or type(exc).__name__}."
+    _log.warning("%s: %s", what, line)
+    return line

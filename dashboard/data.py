@@ -7,33 +7,46 @@ SQLite is opened read-only, also in a folder the dashboard may not write (and re
 write-ahead-logged database while the driver writes it, without "database is locked");
 PostgreSQL and MySQL sessions are set read-only. Each read runs in one snapshot
 (one SQLite read transaction, or PostgreSQL's repeatable read), so a trial and its values agree.
+
+The database is a trust boundary (``studies.stored``): teammates and other tools write to it, so
+every stored value is parsed by ``studies.stored``'s rules before it is used. A study whose
+values do not parse is listed as unreadable, with the one-line reason, while the others show,
+and ``study_info`` raises that reason. A trial whose value does not parse keeps its row on the
+study page, the field blank and the key named in its ``unreadable`` column; ``load_trial`` raises
+the reason, naming study, trial and key.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import optuna
 import pandas as pd
 import sqlalchemy as sa
-from optuna.distributions import (
-    BaseDistribution,
-    json_to_distribution,
-)
+from optuna.distributions import BaseDistribution
 from sqlalchemy.engine import Connection, Engine
 
 from dashboard import _sql as sql
+from studies import stored
 from studies.keys import Status, StudyKey, TrialKey
 from studies.storage import (
     StorageError,
     epochs_table,
     open_storage,
+    read_epochs,
     read_only_engine_kwargs,
     resolve_storage_url,
     session,
 )
+from studies.stored import StoredValueError, StudyAttrs
+
+if TYPE_CHECKING:
+    from studies.spec import StudySpec
 
 __all__ = [
     "FIXED_COLUMNS",
@@ -51,11 +64,14 @@ __all__ = [
     "readonly_optuna_storage",
     "study_info",
     "study_names",
+    "trial_state",
 ]
 
 #: Columns of :attr:`StudyData.trials` besides the objectives and the knobs.
 FIXED_COLUMNS = ("number", "state", "status", "reason", "arch_id", "epochs_reached",
-                 "cost_params", "cost_madds", "started", "completed", "duration_s")
+                 "cost_params", "cost_madds", "started", "completed", "duration_s", "unreadable")
+# Columns of the trial table and its rows beside those: no objective may take their names.
+_RESERVED = frozenset({*FIXED_COLUMNS, "trial_id", "pareto", "id"})
 # The scalar trial attributes the study views show, and their columns (the architecture itself
 # is read per trial; ``TrialKey.COST`` gives ``cost_params`` and ``cost_madds``).
 _SCALAR_ATTRS = {TrialKey.STATUS: "status", TrialKey.REASON: "reason",
@@ -97,93 +113,159 @@ def readonly_optuna_storage(storage_url: str) -> optuna.storages.RDBStorage:
 # ----------------------------------------------------------------------------- studies
 @dataclass(frozen=True)
 class StudyInfo:
-    """A study's identity, objectives and ``nas.*`` study attributes."""
+    """A study's identity, objectives and ``nas.*`` study attributes: ``stored`` as
+    ``studies.stored`` types them, ``attrs`` as decoded. A study whose stored values do not
+    parse has no ``stored`` but a ``problem`` (the error naming the value): the listing shows
+    it as unreadable, and :meth:`check` raises it."""
 
     study_id: int
     name: str
     objectives: tuple[str, ...]
     directions: tuple[str, ...]  # "minimize" / "maximize", one per objective
     attrs: dict[str, Any] = field(default_factory=dict, compare=False)
+    stored: StudyAttrs | None = field(default=None, compare=False)
+    problem: StoredValueError | None = field(default=None, compare=False, repr=False)
+
+    def check(self) -> None:
+        """Raise the reason the study's stored values do not parse, if they do not."""
+        if self.problem is not None:
+            raise self.problem.with_traceback(None)
 
     @property
-    def spec(self) -> dict[str, Any]:
-        return dict(self.attrs.get(StudyKey.SPEC) or {})
+    def unreadable(self) -> str | None:
+        """Why the study's stored values do not parse, in one line; None when they do."""
+        return None if self.problem is None else " ".join(str(self.problem).split())
+
+    @property
+    def spec(self) -> StudySpec | None:
+        return self.stored.spec if self.stored is not None else None
 
     @property
     def task(self) -> str | None:
-        task = self.spec.get("task")
-        return task.get("name") if isinstance(task, dict) else task
+        return self.stored.task if self.stored is not None else None
 
     @property
     def constraints(self) -> dict[str, float]:
-        return dict(self.spec.get("constraints") or {})
+        return dict(self.spec.constraints) if self.spec is not None else {}
+
+    @property
+    def reference(self) -> list[float | None] | None:
+        """The stored hypervolume reference point (raw units), if any."""
+        ref = self.stored.reference if self.stored is not None else None
+        return list(ref) if ref is not None else None
 
 
-def _objective_names(attrs: dict[str, Any], n: int) -> tuple[str, ...]:
-    names = attrs.get(StudyKey.OBJECTIVES)
-    if isinstance(names, list) and len(names) == n:
-        return tuple(str(x) for x in names)
-    spec = attrs.get(StudyKey.SPEC)
-    names = spec.get("objectives") if isinstance(spec, dict) else None
-    if isinstance(names, list) and len(names) == n:
-        return tuple(str(o.get("name")) for o in names)
-    return tuple(f"objective_{i}" for i in range(n))
+def _directions(name: str, rows: Sequence[tuple[Any, Any]]) -> tuple[str, ...]:
+    """The study's objective directions in objective order (``rows``: objective, direction)."""
+    words = {str(d).lower() for _, d in rows}
+    if not rows:
+        raise StoredValueError(name, "study_directions", "is missing (the study has no "
+                                                         "objectives)")
+    if not words <= {"minimize", "maximize"}:
+        odd = sorted(words - {"minimize", "maximize"})[0]
+        raise StoredValueError(name, "study_directions.direction", "must be MINIMIZE or "
+                               f"MAXIMIZE, but is {stored.inert(odd[:64]).upper()!r}")
+    order = sorted((o, d) for o, d in rows if isinstance(o, int) and not isinstance(o, bool))
+    if [o for o, _ in order] != list(range(len(rows))):
+        raise StoredValueError(name, "study_directions.objective", "must number the objectives "
+                               f"0 to {len(rows) - 1}, each once")
+    return tuple(str(d).lower() for _, d in order)
 
 
-def _infos(conn: Connection, where: Any = None) -> list[StudyInfo]:
+def _check_objectives(name: str, objectives: Sequence[str]) -> None:
+    """Objective names become columns of the trial table beside its own: each must be new."""
+    seen: set[str] = set()
+    for objective in objectives:
+        if objective in _RESERVED or objective in seen or objective.startswith("param:"):
+            raise StoredValueError(name, StudyKey.OBJECTIVES, f"names the objective "
+                                   f"{stored.inert(objective[:64])!r} twice or as a column of "
+                                   "the trial table's own")
+        seen.add(objective)
+
+
+def _info(study_id: int, name: str, directions: Sequence[tuple[Any, Any]],
+          texts: Sequence[tuple[Any, Any]], *, full: bool) -> StudyInfo:
+    """One study's info from its rows (``texts``: its user attributes' key and JSON text)."""
+    raw: dict[str, Any] = {}
+    dirs: tuple[str, ...] = ()
+    try:
+        dirs = _directions(name, directions)
+        for key, text in texts:
+            raw[str(key)] = stored.loads(text, study=name, key=str(key))
+        attrs = stored.study_attrs(name, raw, len(dirs), full=full)
+        _check_objectives(name, attrs.objectives)
+    except StoredValueError as exc:
+        return StudyInfo(study_id, name, tuple(f"objective_{i}" for i in range(len(dirs))),
+                         dirs, raw, problem=exc.with_traceback(None))
+    return StudyInfo(study_id, name, attrs.objectives, dirs, raw, attrs)
+
+
+def _infos(conn: Connection, where: Any = None, *, full: bool = True) -> list[StudyInfo]:
+    """The studies (those ``where`` selects), each typed by ``studies.stored`` (``full``: with
+    its search space) or marked unreadable."""
     s = sql.studies
     query = sa.select(s.c.study_id, s.c.study_name).order_by(s.c.study_id)
     if where is not None:
         query = query.where(where)
     rows = conn.execute(query).all()
     ids = [r.study_id for r in rows]
-    directions: dict[int, dict[int, str]] = {i: {} for i in ids}
+    directions: dict[int, list[tuple[Any, Any]]] = {i: [] for i in ids}
     d = sql.study_directions
-    for r in conn.execute(sa.select(d).where(d.c.study_id.in_(ids))):
-        directions[r.study_id][r.objective] = str(r.direction).lower()
-    attrs: dict[int, dict[str, Any]] = {i: {} for i in ids}
-    for r in conn.execute(sa.select(sql.study_attrs).where(sql.study_attrs.c.study_id.in_(ids))):
-        attrs[r.study_id][r.key] = sql.loads(r.value_json)
-    out = []
-    for r in rows:
-        dirs = tuple(d for _, d in sorted(directions[r.study_id].items()))
-        out.append(StudyInfo(r.study_id, r.study_name, _objective_names(attrs[r.study_id],
-                                                                        len(dirs)),
-                             dirs, attrs[r.study_id]))
-    return out
+    for r in conn.execute(sa.select(d.c.study_id, d.c.objective, d.c.direction)
+                          .where(d.c.study_id.in_(ids))):
+        directions.setdefault(r.study_id, []).append((r.objective, r.direction))
+    texts: dict[int, list[tuple[Any, Any]]] = {i: [] for i in ids}
+    a = sql.study_attrs
+    for r in conn.execute(sa.select(a.c.study_id, a.c.key, a.c.value_json)
+                          .where(a.c.study_id.in_(ids))):
+        texts.setdefault(r.study_id, []).append((r.key, r.value_json))
+    return [_info(r.study_id, str(r.study_name), directions[r.study_id], texts[r.study_id],
+                  full=full) for r in rows]
 
 
 def study_names(engine: Engine) -> list[str]:
     """Every study's name, in creation order."""
     with sql.reading(engine) as conn:
-        return [r[0] for r in conn.execute(
+        return [str(r[0]) for r in conn.execute(
             sa.select(sql.studies.c.study_name).order_by(sql.studies.c.study_id))]
 
 
 def study_info(engine: Engine, name: str) -> StudyInfo:
-    """The study called ``name``; ``StorageError`` naming the studies there otherwise."""
+    """The study called ``name``, its stored values parsed (its search space too);
+    ``StorageError`` naming the studies there when there is none, ``StoredValueError`` when a
+    stored value of it does not parse."""
     with sql.reading(engine) as conn:
         found = _infos(conn, sql.studies.c.study_name == name)
         if found:
+            found[0].check()
             return found[0]
-        names = [r[0] for r in conn.execute(sa.select(sql.studies.c.study_name))]
-    raise StorageError(f"Unknown study {name!r}; studies in this database: "
-                       f"{', '.join(sorted(names)) or 'none'}.")
+        names = [str(r[0]) for r in conn.execute(sa.select(sql.studies.c.study_name))]
+    raise StorageError(f"Unknown study {stored.inert(name)!r}; studies in this database: "
+                       f"{', '.join(stored.inert(n) for n in sorted(names)) or 'none'}.")
+
+
+def _status_word(text: Any) -> str | None:
+    """A stored ``TrialKey.STATUS`` text as one of ``Status``' words, None for anything else."""
+    try:
+        word = stored.loads(text, study="", key=TrialKey.STATUS)
+    except StoredValueError:
+        return None
+    return word if isinstance(word, str) and word in Status.ALL else None
 
 
 def list_studies(engine: Engine) -> tuple[list[StudyInfo], pd.DataFrame]:
     """Every study, and a frame with one row per study: trials by status (one column per
     ``studies.keys.Status`` word and per :data:`UNFINISHED` one, by ``TrialKey.STATUS`` or else
-    the state), last activity, and each objective's values of the completed trials (columns
-    ``study_id``, ``objective``, ``value``) in ``frame.attrs["values"]``, for the caller's best
-    values and hypervolume."""
+    the state), last activity, ``unreadable`` (why its stored values do not parse, else None),
+    and each objective's values of the completed trials (columns ``study_id``, ``objective``,
+    ``value``) in ``frame.attrs["values"]``, for the caller's best values and hypervolume."""
     t, v = sql.trials, sql.trial_values
     with sql.reading(engine) as conn:
-        infos = _infos(conn)
+        infos = _infos(conn, full=False)
         states = pd.DataFrame(conn.execute(
             sa.select(t.c.study_id, t.c.state, sa.func.count().label("n"),
-                      sa.func.max(t.c.datetime_start).label("started"),
-                      sa.func.max(t.c.datetime_complete).label("completed"))
+                      sa.func.max(t.c.datetime_start, type_=sa.String).label("started"),
+                      sa.func.max(t.c.datetime_complete, type_=sa.String).label("completed"))
             .group_by(t.c.study_id, t.c.state)).all(),
             columns=["study_id", "state", "n", "started", "completed"])
         statuses = pd.DataFrame(conn.execute(
@@ -199,6 +281,10 @@ def list_studies(engine: Engine) -> tuple[list[StudyInfo], pd.DataFrame]:
             .where(sql.as_text(t.c.state) == "COMPLETE",
                    sql.as_text(v.c.value_type) == "FINITE")).all(),
             columns=["study_id", "number", "objective", "value"])
+    for column in ("number", "objective", "value"):  # SQLite keeps text in a number's column
+        values[column] = pd.to_numeric(values[column], errors="coerce")
+    values = values.dropna()
+    states["started"], states["completed"] = sql.dates(states.started), sql.dates(states.completed)
     rows = []
     words = (*Status.ALL, *UNFINISHED)
     for info in infos:
@@ -208,8 +294,8 @@ def list_studies(engine: Engine) -> tuple[list[StudyInfo], pd.DataFrame]:
         labelled = statuses[statuses.study_id == info.study_id]
         for state, text, n in zip(labelled.state, labelled.status, labelled.n, strict=True):
             state = str(state).lower()
-            word = sql.loads(text)
-            if state in UNFINISHED or word not in Status.ALL:
+            word = _status_word(text)
+            if state in UNFINISHED or word is None:
                 continue  # counted by its state below
             counts[word] += int(n)
             unlabelled[state] -= int(n)
@@ -221,10 +307,12 @@ def list_studies(engine: Engine) -> tuple[list[StudyInfo], pd.DataFrame]:
         rows.append({
             "study_id": info.study_id, "name": info.name, "task": info.task,
             "trials": int(mine.n.sum()), **counts,
-            "last_activity": max(stamps) if stamps else None,
+            "last_activity": max(stamps) if stamps else None, "unreadable": info.unreadable,
         })
     frame = pd.DataFrame(rows, columns=["study_id", "name", "task", "trials", *words,
-                                        "last_activity"])
+                                        "last_activity", "unreadable"])
+    frame["unreadable"] = pd.Series([i.unreadable for i in infos], index=frame.index,
+                                    dtype=object)  # None stays None, not NaN
     frame.attrs["values"] = values
     return infos, frame
 
@@ -270,7 +358,7 @@ def fingerprint(engine: Engine, study_id: int, name: str) -> str:
             sa.select(sa.func.count(), sa.func.max(t.c.trial_id),
                       sa.func.sum(sa.case((sql.as_text(t.c.state).in_(_FINISHED), 1),
                                           else_=0)),
-                      sa.func.max(t.c.datetime_complete))
+                      sa.func.max(t.c.datetime_complete, type_=sa.String))
             .where(t.c.study_id == study_id)).one()
         last_attrs = conn.execute(sa.select(sa.func.count()).select_from(sql.trial_attrs)
                                   .where(sql.trial_attrs.c.trial_id == last_id)).scalar()
@@ -286,33 +374,73 @@ def fingerprint(engine: Engine, study_id: int, name: str) -> str:
     return json.dumps([n, last_id, finished, str(last_done), last_attrs, steps, epochs])
 
 
-def _wide_attrs(conn: Connection, mine: Any) -> pd.DataFrame:
-    """The scalar ``nas.*`` attributes and ``TrialKey.COST``'s params and MAdds, one row per
-    trial."""
+def _typed(study: str, key: str) -> Callable[[Any], Any]:
+    """The check of trial attribute ``key``'s decoded value: its value as
+    ``studies.stored.trial_attrs`` types it, or its ``StoredValueError``. What the engine writes
+    (a status word, a short id or reason, a count, a cost of counts) is accepted at once, each
+    only where ``trial_attrs`` accepts it (``tests/test_dashboard_trust.py`` holds them to it);
+    the rest takes ``trial_attrs`` itself."""
+    name = _SCALAR_ATTRS.get(key, "cost")
+
+    def check(value: Any) -> Any:
+        if key == TrialKey.STATUS and isinstance(value, str) and value in Status.ALL:
+            return value
+        if key in (TrialKey.ARCH_ID, TrialKey.REASON) and isinstance(value, str) and (
+                len(value) <= 64):
+            return value
+        if key == TrialKey.EPOCHS_REACHED and type(value) is int and 0 <= value < 2**62:
+            return value
+        if key == TrialKey.COST and _plain_cost(value):
+            return value
+        # The verdict only: trial 0 stands for every trial holding this value.
+        return getattr(stored.trial_attrs(study, 0, {key: value}), name)
+
+    return check
+
+
+def _plain_cost(value: Any) -> bool:
+    """A cost as the engine writes it: a mapping of finite counts >= 0 and a mapping of parts."""
+    if not isinstance(value, dict):
+        return False
+    for key in ("params", "params_matrix", "madds"):
+        count = value.get(key)
+        if count is not None and not (type(count) in (int, float) and 0 <= count < 2**62):
+            return False
+    return isinstance(value.get("parts"), (dict, type(None)))
+
+
+def _notes(n: int, bad: dict[str, np.ndarray]) -> np.ndarray:
+    """Each row's ``unreadable`` cell: the keys whose stored values do not parse, or None."""
+    notes = np.full(n, None, dtype=object)
+    if bad:
+        any_bad = np.logical_or.reduce(list(bad.values()))
+        for i in np.flatnonzero(any_bad):
+            notes[i] = ", ".join(key for key, mask in bad.items() if mask[i])
+    return notes
+
+
+def _wide_attrs(conn: Connection, mine: Any, study: str) -> pd.DataFrame:
+    """The scalar ``nas.*`` attributes, ``TrialKey.COST``'s params and MAdds, and ``unreadable``
+    (the keys whose values do not parse: they are left None), one row per trial. Each distinct
+    text is parsed once (a study's trials share a few costs per architecture)."""
     t, a = sql.trials, sql.trial_attrs
+    keys = {**_SCALAR_ATTRS, TrialKey.COST: "cost"}
     columns = [sql.pivot(a.c.key == key, a.c.value_json).label(name)
-               for key, name in _SCALAR_ATTRS.items()]
-    is_cost = a.c.key == TrialKey.COST
-    params = sql.json_number(a.c.value_json, "params", conn.dialect.name)
-    if params is not None:  # the database parses the cost JSON (0.5 s in Python for 10,000)
-        madds = sql.json_number(a.c.value_json, "madds", conn.dialect.name)
-        columns += [sql.pivot(is_cost, params).label("cost_params"),
-                    sql.pivot(is_cost, madds).label("cost_madds")]
-    else:
-        columns.append(sql.pivot(is_cost, a.c.value_json).label("cost"))
-    names = [c.name for c in columns]
-    df = sql.frame(conn, sa.select(a.c.trial_id, *columns).join(t, t.c.trial_id == a.c.trial_id)
-                .where(mine, a.c.key.in_([*_SCALAR_ATTRS, TrialKey.COST]))
-                .group_by(a.c.trial_id), ["trial_id", *names])
-    for name in _SCALAR_ATTRS.values():
-        df[name] = sql.scalars(df[name])
-    if "cost" in df:
-        costs = [sql.loads(x) if isinstance(x, str) else None for x in df.pop("cost")]
-        for part in ("params", "madds"):
-            df[f"cost_{part}"] = [c.get(part) if isinstance(c, dict) else None for c in costs]
-    for column in ("cost_params", "cost_madds"):
-        df[column] = pd.to_numeric(df[column], errors="coerce").astype(float)
-    return df.set_index("trial_id")
+               for key, name in keys.items()]
+    df = sql.frame(conn, sa.select(a.c.trial_id, *columns)
+                   .join(t, t.c.trial_id == a.c.trial_id)
+                   .where(mine, a.c.key.in_(list(keys))).group_by(a.c.trial_id),
+                   ["trial_id", *keys.values()])
+    bad: dict[str, np.ndarray] = {}
+    for key, name in keys.items():
+        df[name], bad[key] = sql.scalars(df[name], study=study, key=key,
+                                         check=_typed(study, key))
+    for part in ("params", "madds"):
+        df[f"cost_{part}"] = pd.to_numeric(
+            pd.Series([c.get(part) if c is not None else None for c in df.cost],
+                      index=df.index, dtype=object), errors="coerce").astype(float)
+    df["unreadable"] = _notes(len(df), bad)
+    return df.drop(columns="cost").set_index("trial_id")
 
 
 def _wide_values(conn: Connection, mine: Any, n_objectives: int) -> pd.DataFrame:
@@ -330,40 +458,73 @@ def _wide_values(conn: Connection, mine: Any, n_objectives: int) -> pd.DataFrame
     return df.set_index("trial_id")
 
 
-def _wide_params(conn: Connection, mine: Any) -> tuple[pd.DataFrame, dict[str, BaseDistribution]]:
+def _wide_params(conn: Connection, mine: Any, study: str
+                 ) -> tuple[pd.DataFrame, dict[str, BaseDistribution], dict[int, list[str]]]:
     """Parameters in external representation (a categorical one is stored as its choice's
-    index), one column per parameter, one row per trial; and each parameter's distribution."""
+    index), one column per parameter, one row per trial; each parameter's distribution; and the
+    trials whose parameter does not decode (its distribution or its value), with the keys
+    (``param:<name>``): their cells are None, and a parameter none of whose distributions
+    decodes has no column."""
     t, p = sql.trials, sql.trial_params
     joined = sa.select().select_from(p).join(t, t.c.trial_id == p.c.trial_id).where(mine)
     kinds = conn.execute(joined.with_only_columns(p.c.param_name, p.c.distribution_json)
                          .distinct()).all()
-    by_name: dict[str, list[str]] = {}
+    parsed: dict[tuple[str, Any], BaseDistribution] = {}  # those that decode
+    by_name: dict[str, list[Any]] = {}
     for name, text in kinds:
-        by_name.setdefault(str(name), []).append(str(text))
-    simple = sorted(n for n, texts in by_name.items() if len(texts) == 1)
+        by_name.setdefault(str(name), []).append(text)
+        with contextlib.suppress(StoredValueError):
+            parsed[str(name), text] = sql.distribution(text, study=study, name=str(name))
+    simple = sorted(n for n, texts in by_name.items()
+                    if len(texts) == 1 and (n, texts[0]) in parsed)
     columns = [sql.pivot(p.c.param_name == n, p.c.param_value).label(f"p{i}")
                for i, n in enumerate(simple)]
     df = sql.frame(conn, joined.with_only_columns(p.c.trial_id, *columns).group_by(p.c.trial_id),
                 ["trial_id", *simple]).set_index("trial_id")
     distributions: dict[str, BaseDistribution] = {}
+    problems: dict[int, list[str]] = {}
+
+    def unreadable(trial_ids: Any, name: str) -> None:
+        for trial_id in trial_ids:
+            problems.setdefault(int(trial_id), []).append(f"param:{stored.inert(name)}")
+
     for name in simple:
-        dist = distributions[name] = json_to_distribution(by_name[name][0])
-        df[name] = sql.external(df[name], dist)
-    mixed = sorted(set(by_name) - set(simple))  # a parameter whose distribution changed
+        dist = distributions[name] = parsed[name, by_name[name][0]]
+        df[name], bad = sql.external(df[name], dist)
+        unreadable(df.index[bad], name)
+    mixed = sorted(set(by_name) - set(simple))  # a distribution that changed or does not decode
     if mixed:
-        rows = conn.execute(joined.with_only_columns(
+        rows = sql.frame(conn, joined.with_only_columns(
             p.c.trial_id, p.c.param_name, p.c.param_value, p.c.distribution_json)
-            .where(p.c.param_name.in_(mixed))).all()
+            .where(p.c.param_name.in_(mixed)), ["trial_id", "name", "value", "text"])
         for name in mixed:
-            df[name] = pd.Series(dtype=object)
-            distributions[name] = json_to_distribution(by_name[name][-1])
-        for trial_id, name, value, text in rows:
-            df.loc[trial_id, name] = sql.external(pd.Series([value]), json_to_distribution(text))[0]
-    return df, distributions
+            good = [parsed[name, x] for x in by_name[name] if (name, x) in parsed]
+            if good:
+                df[name] = pd.Series(None, index=df.index, dtype=object)
+                distributions[name] = good[-1]
+        for (name, text), group in rows.groupby(["name", "text"], sort=False, dropna=False):
+            if (str(name), text) not in parsed:
+                unreadable(group.trial_id, str(name))
+                continue
+            values, bad = sql.external(group.value, parsed[str(name), text])
+            df.loc[group.trial_id.to_numpy(), str(name)] = values.to_numpy()
+            unreadable(group.trial_id[bad], str(name))
+    return df, distributions, problems
+
+
+def _numbers(name: str, numbers: pd.Series) -> pd.Series:
+    """The trials' numbers as integers; ``StoredValueError`` unless each is a distinct one."""
+    values = pd.to_numeric(numbers, errors="coerce")
+    if values.isna().any() or (values != values.round()).any() or values.duplicated().any():
+        raise StoredValueError(name, "trials.number", "must give each trial its own whole "
+                                                      "number")
+    return values.astype(np.int64)
 
 
 def load_study(engine: Engine, info: StudyInfo, version: str = "") -> StudyData:
-    """Every trial of the study with what the study page shows (see :class:`StudyData`)."""
+    """Every trial of the study with what the study page shows (see :class:`StudyData`); a
+    trial's value that does not parse is left None and its key named in ``unreadable``."""
+    info.check()
     t = sql.trials
     mine = t.c.study_id == info.study_id
     with sql.reading(engine) as conn:
@@ -371,22 +532,35 @@ def load_study(engine: Engine, info: StudyInfo, version: str = "") -> StudyData:
                                     t.c.datetime_complete).where(mine),
                     ["trial_id", "number", "state", "started", "completed"])
         values = _wide_values(conn, mine, len(info.objectives))
-        attrs = _wide_attrs(conn, mine)
-        params, dists = _wide_params(conn, mine)
+        attrs = _wide_attrs(conn, mine, info.name)
+        params, dists, problems = _wide_params(conn, mine, info.name)
     df = df.set_index("trial_id")
+    df["number"] = _numbers(info.name, df.number)
     df["state"] = df.state.astype(str).str.lower()
-    df["started"] = pd.to_datetime(df.started)
-    df["completed"] = pd.to_datetime(df.completed)
+    df["started"] = sql.dates(df.started)
+    df["completed"] = sql.dates(df.completed)
     df["duration_s"] = (df.completed - df.started).dt.total_seconds()
     df = df.join(attrs)
-    for column in ("status", "reason", "arch_id", "epochs_reached"):
-        df[column] = df[column].astype(object) if column in df else None
+    for column in ("status", "reason", "arch_id", "epochs_reached", "unreadable"):
+        df[column] = df[column].astype(object).where(df[column].notna(), None)
+    for trial_id, keys in problems.items():
+        if trial_id in df.index:
+            before = df.at[trial_id, "unreadable"]
+            df.at[trial_id, "unreadable"] = ", ".join([before, *keys] if before else keys)
+    # A trial without a readable status reads its state's word (an odd state: that state).
     df["status"] = df.status.where(df.status.notna(), df.state.map(STATUS_OF_STATE))
+    df["status"] = df.status.where(df.status.notna(), df.state)
     for i, name in enumerate(info.objectives):
         df[name] = values[f"v{i}"] if f"v{i}" in values else float("nan")
         df[name] = df[name].astype(float)
-    taken = set(FIXED_COLUMNS) | set(info.objectives)
-    knobs = {(f"param:{p}" if p in taken else p): p for p in params.columns}
+    taken = set(_RESERVED) | set(info.objectives)
+    knobs: dict[str, str] = {}
+    for param in params.columns:
+        column = param
+        while column in taken:  # a parameter named as another column: prefixed
+            column = f"param:{column}"
+        taken.add(column)
+        knobs[column] = param
     for column, param in knobs.items():
         df[column] = params[param].reindex(df.index).astype(object)
     df = df.reset_index().sort_values("number", kind="stable").reset_index(drop=True)
@@ -397,7 +571,8 @@ def load_study(engine: Engine, info: StudyInfo, version: str = "") -> StudyData:
 
 def load_curves(engine: Engine, info: StudyInfo) -> pd.DataFrame:
     """Every trial's learning curve: its intermediate values (the metric reported after each
-    epoch), as rows (number, step, value) ordered by trial and step."""
+    epoch), as rows (number, step, value) ordered by trial and step; a row whose number or step
+    is not a finite number is left out."""
     t, i = sql.trials, sql.trial_intermediate
     with sql.reading(engine) as conn:
         df = sql.frame(conn, sa.select(t.c.number, i.c.step, i.c.intermediate_value,
@@ -406,76 +581,110 @@ def load_curves(engine: Engine, info: StudyInfo) -> pd.DataFrame:
                        .where(t.c.study_id == info.study_id),
                        ["number", "step", "value", "type"])
     df["value"] = sql.with_infinities(df.value, df.type)
+    for column in ("number", "step"):
+        df[column] = pd.to_numeric(df[column], errors="coerce")
+    df = df[np.isfinite(df[["number", "step"]].to_numpy(dtype=float)).all(axis=1)]
+    df = df.astype({"number": np.int64})
     return df.drop(columns="type").sort_values(["number", "step"], kind="stable").reset_index(
         drop=True)
 
 
 def load_promotion(engine: Engine, info: StudyInfo) -> pd.DataFrame:
     """A promoted study's links to its source (``nas promote``): rows number (the promoted
-    trial), source_trial and proxy (its accuracy in the source study)."""
+    trial), source_trial and proxy (its accuracy in the source study); ``StoredValueError``
+    for a link that does not parse."""
     t, a = sql.trials, sql.trial_attrs
-    keys = (TrialKey.SOURCE_TRIAL, TrialKey.SOURCE_VALUE)
+    keys = {TrialKey.SOURCE_TRIAL: "source_trial", TrialKey.SOURCE_VALUE: "source_value"}
     with sql.reading(engine) as conn:
         df = sql.frame(conn, sa.select(t.c.number, a.c.key, a.c.value_json)
                        .join(a, a.c.trial_id == t.c.trial_id)
-                       .where(t.c.study_id == info.study_id, a.c.key.in_(keys)),
+                       .where(t.c.study_id == info.study_id, a.c.key.in_(list(keys))),
                        ["number", "key", "value"])
-    wide = df.assign(value=[sql.loads(v) for v in df.value]).pivot_table(
-        index="number", columns="key", values="value", aggfunc="first")
-    wide = wide.reindex(columns=list(keys)).dropna()
-    return pd.DataFrame({"number": wide.index.to_numpy(dtype=int),
-                         "source_trial": wide[keys[0]].to_numpy(dtype=int),
-                         "proxy": wide[keys[1]].to_numpy(dtype=float)})
+    links: dict[int, dict[str, Any]] = {}
+    for number, key, text in zip(df.number, df.key, df.value, strict=True):
+        n = sql.number(number)
+        if n is None or not n.is_integer():
+            raise StoredValueError(info.name, "trials.number", "must give each trial its own "
+                                                               "whole number")
+        value = stored.loads(text, study=info.name, key=key, trial=int(n))
+        parsed = stored.trial_attrs(info.name, int(n), {key: value})
+        links.setdefault(int(n), {})[key] = getattr(parsed, keys[key])
+    pairs = [(n, v[TrialKey.SOURCE_TRIAL], v[TrialKey.SOURCE_VALUE]) for n, v in links.items()
+             if v.get(TrialKey.SOURCE_TRIAL) is not None
+             and v.get(TrialKey.SOURCE_VALUE) is not None]
+    return pd.DataFrame({"number": np.array([n for n, _, _ in pairs], dtype=int),
+                         "source_trial": np.array([s for _, s, _ in pairs], dtype=int),
+                         "proxy": np.array([v for _, _, v in pairs], dtype=float)})
 
 
 # ----------------------------------------------------------------------------- one trial
+def _trial_row(conn: Connection, info: StudyInfo, number: int) -> Any:
+    """Trial ``number``'s row (trial_id, state, started, completed as stored);
+    ``StorageError`` for an unknown number."""
+    t = sql.trials
+    row = conn.execute(sa.select(t.c.trial_id, t.c.state,
+                                 sa.type_coerce(t.c.datetime_start, sa.String).label("started"),
+                                 sa.type_coerce(t.c.datetime_complete, sa.String)
+                                 .label("completed"))
+                       .where(t.c.study_id == info.study_id, t.c.number == number)).first()
+    if row is None:
+        n = conn.execute(sa.select(sa.func.count()).select_from(t)
+                         .where(t.c.study_id == info.study_id)).scalar() or 0
+        span = f"0-{n - 1}" if n else "none yet"
+        raise StorageError(f"Unknown trial {number} of study {stored.inert(info.name)!r}; its "
+                           f"trials are {span}.")
+    return row
+
+
+def trial_state(engine: Engine, info: StudyInfo, number: int) -> str:
+    """Trial ``number``'s Optuna state in lower case (``running``), read without its stored
+    values; ``StorageError`` for an unknown number."""
+    with sql.reading(engine) as conn:
+        return str(_trial_row(conn, info, number).state).lower()
+
+
+def _stamp(value: Any) -> Any:
+    return None if pd.isna(value) else value.to_pydatetime()
+
+
 def load_trial(engine: Engine, info: StudyInfo, number: int) -> dict[str, Any]:
     """One trial: state, values, parameters, every user attribute, per-epoch rows (from
-    ``nas_epochs``) and intermediate values; ``StorageError`` for an unknown number."""
-    t = sql.trials
+    ``nas_epochs``) and intermediate values. ``StorageError`` for an unknown number,
+    ``StoredValueError`` (naming study, trial and key) for a stored value of it that does not
+    parse."""
+    info.check()
+    v, p, a, im = sql.trial_values, sql.trial_params, sql.trial_attrs, sql.trial_intermediate
     with sql.reading(engine) as conn:
-        row = conn.execute(sa.select(t).where(t.c.study_id == info.study_id,
-                                              t.c.number == number)).first()
-        if row is None:
-            n = conn.execute(sa.select(sa.func.count()).select_from(t)
-                             .where(t.c.study_id == info.study_id)).scalar() or 0
-            span = f"0-{n - 1}" if n else "none yet"
-            raise StorageError(f"Unknown trial {number} of study {info.name!r}; its trials "
-                               f"are {span}.")
+        row = _trial_row(conn, info, number)
         trial_id = row.trial_id
-        v, p = sql.trial_values, sql.trial_params
-        values = {r.objective: (sql.INFINITIES.get(r.value_type, r.value))
-                  for r in conn.execute(sa.select(v).where(v.c.trial_id == trial_id))}
-        params = pd.DataFrame(conn.execute(
-            sa.select(p.c.trial_id, p.c.param_name, p.c.param_value, p.c.distribution_json)
-            .where(p.c.trial_id == trial_id)).all(),
-            columns=["trial_id", "param_name", "param_value", "distribution_json"])
-        attrs = {r.key: sql.loads(r.value_json) for r in conn.execute(
-            sa.select(sql.trial_attrs).where(sql.trial_attrs.c.trial_id == trial_id))}
-        steps = [(r.step, sql.INFINITIES.get(r.intermediate_value_type, r.intermediate_value))
-                 for r in conn.execute(sa.select(sql.trial_intermediate)
-                                       .where(sql.trial_intermediate.c.trial_id == trial_id)
-                                       .order_by(sql.trial_intermediate.c.step))]
-        epochs: list[dict[str, Any]] = []
-        if sa.inspect(conn).has_table(epochs_table.name):
-            epochs = [dict(r._mapping) for r in conn.execute(
-                sa.select(epochs_table).where(epochs_table.c.study_name == info.name,
-                                              epochs_table.c.trial_number == number)
-                .order_by(epochs_table.c.epoch))]
-    wide, _ = sql.decode_params(params)
-    param_values = {str(k): v for k, v in wide.iloc[0].items()} if len(wide) else {}
-    for e in epochs:
-        e.pop("id", None)
-        e["extra"] = sql.loads(e.get("extra")) or {}
+        values = {r.objective: sql.INFINITIES.get(r.value_type, sql.number(r.value))
+                  for r in conn.execute(sa.select(v.c.objective, v.c.value, v.c.value_type)
+                                        .where(v.c.trial_id == trial_id))}
+        params = sql.frame(conn, sa.select(p.c.param_name, p.c.param_value, p.c.distribution_json)
+                           .where(p.c.trial_id == trial_id),
+                           ["param_name", "param_value", "distribution_json"])
+        texts = conn.execute(sa.select(a.c.key, a.c.value_json)
+                             .where(a.c.trial_id == trial_id)).all()
+        steps = [(r.step, sql.INFINITIES.get(r.intermediate_value_type,
+                                             sql.number(r.intermediate_value)))
+                 for r in conn.execute(sa.select(im.c.step, im.c.intermediate_value,
+                                                 im.c.intermediate_value_type)
+                                       .where(im.c.trial_id == trial_id).order_by(im.c.step))
+                 if sql.number(r.step) is not None]
+    param_values, _ = sql.decode_params(params, study=info.name, trial=number)
+    attrs = {str(k): stored.loads(x, study=info.name, key=str(k), trial=number) for k, x in texts}
+    parsed = stored.trial_attrs(info.name, number, attrs)
+    with session(engine.url.render_as_string(hide_password=True)):
+        epochs = read_epochs(engine, info.name, number)  # each row checked as the engine's
+    state = str(row.state).lower()
+    started, completed = sql.dates(pd.Series([row.started, row.completed], dtype=object))
     return {
-        "number": number, "state": str(row.state).lower(),
-        "status": attrs.get(TrialKey.STATUS) or STATUS_OF_STATE.get(str(row.state).lower(),
-                                                                    str(row.state).lower()),
-        "reason": attrs.get(TrialKey.REASON),
+        "number": number, "state": state,
+        "status": parsed.status or STATUS_OF_STATE.get(state, state),
+        "reason": parsed.reason,
         "values": {name: values.get(i) for i, name in enumerate(info.objectives)},
         "params": param_values, "attrs": attrs,
-        "arch": attrs.get(TrialKey.ARCH), "cost": attrs.get(TrialKey.COST),
-        "train": attrs.get(TrialKey.TRAIN), "arch_id": attrs.get(TrialKey.ARCH_ID),
-        "epochs": epochs, "intermediate": steps,
-        "started": row.datetime_start, "completed": row.datetime_complete,
+        "arch": parsed.arch, "cost": parsed.cost, "train": parsed.train,
+        "arch_id": parsed.arch_id, "epochs": epochs, "intermediate": steps,
+        "started": _stamp(started), "completed": _stamp(completed),
     }

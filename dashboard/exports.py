@@ -7,6 +7,12 @@ trial of the study through Optuna's object API (about a minute for a 10,000-tria
 laptop). The two records are equal (the tests check it). A study with no stored geometry whose
 task must be built to know it goes through ``studies.export`` itself, over the same read-only
 storage.
+
+What the record holds was read from the database, so it is parsed as every reader parses it
+(``studies.stored``: the study's typed attributes here, the trial's and its architecture in
+``build_record``), and a file the export copies (a ``torch`` or ``timm`` checkpoint) is read
+only by ``studies.export``'s formats, which refuse one outside the study's checkpoint folder or
+not the trial's own. Every refusal is a ``NasError``, which the app shows beside the button.
 """
 
 from __future__ import annotations
@@ -20,17 +26,18 @@ from dashboard.data import StudyInfo
 from nas.errors import NasError
 from studies.export import FORMATS, INDEX, TrialRecord, build_record, known_geometry, pareto_index
 from studies.export import trial_record as slow_trial_record
-from studies.keys import StudyKey
 from studies.spec import StudySpec
+from studies.stored import inert
 
 __all__ = ["pareto_zip", "records_of", "trial_file", "trial_record"]
 
 
 def _spec(info: StudyInfo) -> StudySpec:
-    if StudyKey.SPEC not in info.attrs:
-        raise NasError(f"Study {info.name!r} was not created by nas (it has no stored study "
-                       "file), so its trials cannot be exported.")
-    return StudySpec.from_dict(info.attrs[StudyKey.SPEC])
+    info.check()
+    if info.spec is None:
+        raise NasError(f"Study {inert(info.name)!r} was not created by nas (it has no stored "
+                       "study file), so its trials cannot be exported.")
+    return info.spec
 
 
 def trial_record(info: StudyInfo, trial: Mapping[str, Any], storage: Any) -> TrialRecord:

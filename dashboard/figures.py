@@ -543,17 +543,28 @@ def compare_fronts(studies: Sequence[StudyData], x: str, y: str, *,
 
 def cost_parts(cost: Mapping[str, Any] | None) -> go.Figure:
     """Parameters and MAdds of one architecture, split by part (backbone, embedding, head...)."""
-    parts = (cost or {}).get("parts") or {}
+    parts = {p: v for p, v in ((cost or {}).get("parts") or {}).items()
+             if isinstance(v, Mapping)}  # a part written by something else: not drawn
     if not parts:
         return empty("No cost recorded for this trial.")
     names = [text(p) for p in parts]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("parameters", "MAdds"))
     for col, key in ((1, "params"), (2, "madds")):
-        fig.add_trace(go.Bar(x=names, y=[parts[p].get(key, 0) for p in parts],
+        fig.add_trace(go.Bar(x=names, y=[_count(parts[p].get(key, 0)) for p in parts],
                              marker_color=COLORS["front"], showlegend=False,
                              hovertemplate="%{x}: %{y:,}<extra></extra>"), row=1, col=col)
     fig.update_layout(**{**_LAYOUT, "template": _TEMPLATE, "height": 320})
     return fig
+
+
+def _count(value: Any) -> float | None:
+    """A stored count as a number to draw, None where it is none."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
 
 
 def epoch_curves(epochs: Sequence[Mapping[str, Any]],

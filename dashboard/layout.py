@@ -27,6 +27,8 @@ __all__ = [
     "front_axes",
     "knob_options",
     "page_not_found",
+    "page_unreadable",
+    "problem",
     "shell",
     "studies_page",
     "studies_table",
@@ -59,10 +61,12 @@ VIEWS, VIEW, VIEW_GRAPH, EFFECT_CONTROLS, FRONT_DRAWN = (
 # Linked selection: trials chosen on the front, the parallel coordinates or the table.
 SELECTED, PARCOORDS_RANGES, SELECTION_NOTE, SELECTION_CLEAR = (
     "selected", "parcoords-ranges", "selection-note", "selection-clear")
-SELECTION_CSV, SELECTION_DOWNLOAD = "selection-csv", "selection-download"
-TABLE, CSV_BUTTON, CSV_DOWNLOAD = "trial-table", "csv-button", "csv-download"
+SELECTION_CSV, SELECTION_DOWNLOAD, SELECTION_MESSAGE = (
+    "selection-csv", "selection-download", "selection-message")
+TABLE, CSV_BUTTON, CSV_DOWNLOAD, CSV_MESSAGE = (
+    "trial-table", "csv-button", "csv-download", "csv-message")
 COMPARE_WITH, COMPARE = "compare-with", "compare"
-TRIAL, TRIAL_TICK, TRIAL_BODY = "trial", "trial-tick", "trial-body"
+TRIAL, TRIAL_TICK, TRIAL_BODY, TRIAL_PROBLEM = "trial", "trial-tick", "trial-body", "trial-problem"
 EXPORT, TRIAL_DOWNLOAD, TRIAL_MESSAGE = "export", "trial-download", "trial-message"
 
 PAGE_SIZE = 25
@@ -70,6 +74,7 @@ _CELL = {"padding": "4px 10px", "borderBottom": "1px solid #ddd", "textAlign": "
 _SECTION = {"marginTop": "28px"}
 _ROW = {"display": "flex", "gap": "12px", "alignItems": "center", "flexWrap": "wrap"}
 _BUTTON = {"padding": "4px 12px", "cursor": "pointer"}
+_PROBLEM = {"color": "#b00020"}
 
 
 def study_href(name: str) -> str:
@@ -111,6 +116,19 @@ def page_not_found(message: str) -> list[Any]:
             dcc.Link("All studies", href="/")]
 
 
+def page_unreadable(message: str) -> list[Any]:
+    """The page of a study whose stored values do not parse: the one line that says which."""
+    return [html.H2("Unreadable study"), problem(message, id_="unreadable"),
+            dcc.Link("All studies", href="/")]
+
+
+def problem(message: str, *, id_: str | None = None) -> html.P:
+    """Why something cannot be shown: one line, as text."""
+    if id_:
+        return html.P(message, id=id_, className="problem", style=_PROBLEM)
+    return html.P(message, className="problem", style=_PROBLEM)
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], **kwargs: Any) -> html.Table:
     return html.Table(style={"borderCollapse": "collapse"}, children=[
         html.Thead(html.Tr([html.Th(h, style=_CELL) for h in header])),
@@ -126,18 +144,23 @@ def studies_page(refresh_ms: int) -> list[Any]:
 
 def studies_table(rows: Sequence[Mapping[str, Any]]) -> Any:
     """One row per study: name (a link), task, trials by state, best values, hypervolume and
-    last activity."""
+    last activity; a study whose stored values do not parse (``unreadable``) says why in place
+    of its best values."""
     if not rows:
         return html.P("No studies in this database yet: start one with `nas run`.")
     header = ["study", "task", "trials", "by status", "best values", "hypervolume",
               "last activity"]
     body = []
     for r in rows:
-        best = "; ".join(f"{name} {fmt(value, name, list(r['best']))}"
-                         for name, value in r["best"].items() if value is not None) or "-"
+        best: Any = "; ".join(f"{name} {fmt(value, name, list(r['best']))}"
+                              for name, value in r["best"].items() if value is not None) or "-"
+        if r.get("unreadable"):
+            best = html.Span(f"unreadable: {r['unreadable']}", className="unreadable",
+                             style=_PROBLEM)
+        volume = r.get("hypervolume")
         body.append([dcc.Link(r["name"], href=study_href(r["name"])), r["task"] or "-",
                      fmt(r["trials"]), by_status({w: r[w] for w in _WORDS}), best,
-                     f"{r['hypervolume']:.4f}", fmt(r["last_activity"])])
+                     "-" if volume is None else f"{volume:.4f}", fmt(r["last_activity"])])
     return _table(header, body, id="studies-list")
 
 
@@ -242,7 +265,8 @@ def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequen
                 html.B(id=SELECTION_NOTE, children="no trials selected"),
                 html.Button("Clear the selection", id=SELECTION_CLEAR, style=_BUTTON),
                 html.Button("Download the selection (CSV)", id=SELECTION_CSV, style=_BUTTON),
-                dcc.Download(id=SELECTION_DOWNLOAD)]),
+                dcc.Download(id=SELECTION_DOWNLOAD),
+                html.Span(id=SELECTION_MESSAGE, style=_PROBLEM)]),
             html.Div(style=_ROW, children=[
                 html.Span("Download the Pareto set as"),
                 dcc.Dropdown(_options(formats), formats[0] if formats else None,
@@ -274,7 +298,7 @@ def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequen
                 html.Span("Sort by a header; filter with the row under it (text: kv; numbers: "
                       "> 0.5; status: = rejected)."),
                 html.Button("Download CSV", id=CSV_BUTTON, style=_BUTTON),
-                dcc.Download(id=CSV_DOWNLOAD)]),
+                dcc.Download(id=CSV_DOWNLOAD), html.Span(id=CSV_MESSAGE, style=_PROBLEM)]),
             DataTable(
                 id=TABLE, columns=cast(Any, table_columns(data)), data=[], page_current=0,
                 row_selectable="multi", selected_rows=[], selected_row_ids=[],
@@ -305,10 +329,13 @@ def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequen
 
 
 def study_summary(info: StudyInfo, counts: Mapping[str, int], best: Mapping[str, Any],
-                  hypervolume: float, last_activity: Any) -> html.Div:
+                  hypervolume: float, last_activity: Any,
+                  unreadable: Sequence[int] = ()) -> html.Div:
+    """The study's summary table; ``unreadable``: the numbers of the trials with a stored value
+    that does not parse."""
     objectives = ", ".join(f"{n} ({d})" for n, d in zip(info.objectives, info.directions,
                                                        strict=True))
-    rows = [
+    rows: list[list[Any]] = [
         ["task", info.task or "-"], ["objectives", objectives],
         ["constraints", ", ".join(f"{k} {fmt(v, k.removesuffix('_max'))}"
                                   for k, v in info.constraints.items()) or "-"],
@@ -317,6 +344,15 @@ def study_summary(info: StudyInfo, counts: Mapping[str, int], best: Mapping[str,
                                   for k, v in best.items()) or "-"],
         ["hypervolume", f"{hypervolume:.4f}"], ["last activity", fmt(last_activity)],
     ]
+    if unreadable:
+        shown = ", ".join(str(n) for n in unreadable[:20]) + (", ..." if len(unreadable) > 20
+                                                               else "")
+        many = len(unreadable) != 1
+        rows.append(["unreadable", html.Span(
+            f"{len(unreadable)} trial{'s' if many else ''} ({shown}) hold{'' if many else 's'} "
+            "stored values that do not parse: those fields are blank, the table's "
+            "`unreadable` column names them, and each trial's page says why.",
+            id="summary-unreadable", style=_PROBLEM)])
     return html.Div(_table(["", ""], rows, id="summary-table"))
 
 
@@ -347,6 +383,8 @@ def table_columns(data: StudyData) -> list[dict[str, Any]]:
                 {"id": "duration_s", "name": header("duration_s"), **numeric},
                 {"id": "started", "name": "started", **text},
                 {"id": "arch_id", "name": header("arch_id"), **text}]
+    if data.trials.unreadable.notna().any():  # the keys of each trial's odd values
+        columns.append({"id": "unreadable", "name": "unreadable", **text})
     return columns
 
 
@@ -376,7 +414,7 @@ def trial_body(name: str, trial: Mapping[str, Any], formats: Sequence[str],
     """Everything about one trial: state and reason, values, architecture, training settings,
     cost by part, per-epoch curves and the export buttons."""
     cost = trial.get("cost") or {}
-    parts = cost.get("parts") or {}
+    parts = {p: v for p, v in (cost.get("parts") or {}).items() if isinstance(v, Mapping)}
     keys = ("params", "params_matrix", "madds")
     cost_rows = [[p, *(fmt(v.get(k), k) for k in keys)] for p, v in parts.items()]
     if cost:

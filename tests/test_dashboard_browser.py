@@ -9,9 +9,11 @@ Chromium, its driver or Selenium is missing (``.ci/system-deps.sh`` installs the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import shutil
+import sqlite3
 import threading
 import time
 import urllib.parse
@@ -21,6 +23,7 @@ from typing import Any
 
 import optuna
 import pytest
+import sqlalchemy as sa
 import yaml
 from dashboard_helpers import GEOMETRY, OBJECTIVES, SPACE, make_evaluator, params_limit
 from optuna.trial import TrialState
@@ -617,7 +620,9 @@ def test_log_axes_for_params_and_madds(browser: Any, server: str) -> None:
 
 def _choose(browser: Any, dropdown: str, value: str) -> None:
     """Open the Dash dropdown ``dropdown`` and click its option ``value``."""
-    box = browser.find_element(By.ID, dropdown)
+    # Waited for, as everything else here: under load it has been seen to arrive after the
+    # front is drawn.
+    box = _wait(lambda: browser.find_element(By.ID, dropdown), f"the {dropdown!r} drop-down")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", box)
     box.click()
     option = _wait(lambda: next((o for o in browser.find_elements(
@@ -668,3 +673,49 @@ def test_compare_on_one_reference_point(browser: Any, server: str, study_url: st
     finally:
         optuna.delete_study(study_name=copy, storage=study_url)
         optuna.delete_study(study_name=two, storage=study_url)
+
+
+def test_values_another_tool_wrote_show_as_one_line(browser: Any, server: str,
+                                                    study_url: str) -> None:
+    """A study whose stored study file another tool replaced by a string is listed as unreadable
+    beside the others, and its page says why in one line; a trial whose status is not JSON
+    leaves its study's page drawn, and its own view says why. No script runs."""
+    bad, odd = f"{NAME}-unreadable", f"{NAME}-odd-trial"
+    broken = optuna.create_study(storage=study_url, study_name=bad, directions=["maximize"])
+    broken.set_user_attr("nas.spec", EVIL)  # a string where the study file belongs
+    other = optuna.create_study(storage=study_url, study_name=odd, directions=["maximize"])
+    other.set_user_attr("nas.objectives", ["accuracy"])
+    other.add_trial(optuna.trial.create_trial(values=[0.5],
+                                              user_attrs={"nas.status": "completed"}))
+    # What no Optuna call writes: a stored value that is not JSON at all.
+    with contextlib.closing(sqlite3.connect(str(sa.make_url(study_url).database))) as conn, conn:
+        conn.execute("UPDATE trial_user_attributes SET value_json = ? WHERE key = 'nas.status' "
+                     "AND trial_id IN (SELECT trial_id FROM trials JOIN studies USING (study_id) "
+                     "WHERE study_name = ?)", ("{'oops" + EVIL, odd))
+    try:
+        browser.get(server + "/")
+        cell = _wait(lambda: browser.find_element(By.CSS_SELECTOR, "#studies-list .unreadable"),
+                     "the unreadable study's mark")
+        assert "`nas.spec`" in cell.text and f"study '{bad}'" in cell.text
+        listed = browser.find_element(By.ID, "studies-list").text
+        assert NAME in listed and odd in listed and EVIL in listed
+        _shot(browser, "13-unreadable-listed.png")
+
+        browser.get(server + _study_path(bad))
+        line = _wait(lambda: browser.find_element(By.ID, "unreadable").text, "the reason")
+        assert "`nas.spec`" in line and f"study '{bad}'" in line and "\n" not in line
+
+        browser.get(server + _study_path(odd))
+        _wait(lambda: browser.execute_script(_TRACES), "the Pareto graph")
+        browser.get(server + _study_path(odd) + "/trial/0")
+        line = _wait(lambda: browser.find_element(By.ID, "trial-problem").text,
+                     "the trial's reason")
+        assert "`nas.status`" in line and f"study '{odd}', trial 0" in line
+        assert browser.find_element(By.PARTIAL_LINK_TEXT, "study").get_attribute(
+            "href").endswith(_study_path(odd))  # the way back to the study
+        with pytest.raises(NoAlertPresentException):
+            browser.switch_to.alert.text  # noqa: B018  (an alert would mean injected script ran)
+        _shot(browser, "14-unreadable-trial.png")
+    finally:
+        optuna.delete_study(study_name=bad, storage=study_url)
+        optuna.delete_study(study_name=odd, storage=study_url)

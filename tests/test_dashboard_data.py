@@ -103,7 +103,10 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> EngineStudy:
             distributions={"groups": optuna.distributions.CategoricalDistribution([1, 2]),
                            "note": optuna.distributions.CategoricalDistribution(
                                ["<b>x</b>", "y"])},
-            values=[0.5 + 0.1 * i, 20000.0 - 1000 * i * i], user_attrs={TrialKey.STATUS: EVIL}))
+            values=[0.5 + 0.1 * i, 20000.0 - 1000 * i * i],
+            # A status that is no Status word (unreadable: the trial reads its state's) and a
+            # reason that is hostile text.
+            user_attrs={TrialKey.STATUS: EVIL, TrialKey.REASON: EVIL}))
     storage.engine.dispose()
     return made
 
@@ -591,7 +594,7 @@ def test_trial_page_and_exports(app: Any, study: EngineStudy, _no_git: None) -> 
         if fmt == "yaml":
             doc = yaml.safe_load(download["content"])
             assert ArchConfig.from_dict(doc["arch"]).arch_id == doc["provenance"]["arch_id"]
-    csv = post_callback(client, callback_body(app, "csv-download.data", {
+    csv = post_callback(client, callback_body(app, "..csv-download", {
         "csv-button.n_clicks": 1, "study.data": {"name": study.name},
         "trial-table.filter_query": f"{{status}} = {Status.COMPLETED}", "trial-table.sort_by": []}))
     content = csv.response["response"]["csv-download"]["data"]["content"]
