@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from nas import knobs
 from nas.errors import ConfigError
-from nas.knobs import FAMILY_NAMES, KNOBS, by_name
+from nas.knobs import FAMILY_NAMES, KNOBS
 from nas.sharing import canonical_pattern, format_pattern, parse_pattern
 
 __all__ = [
@@ -35,7 +36,6 @@ __all__ = [
 Family = Literal["mcan", "ort", "lxmert", "vit", "swin"]
 AttentionSharing = Literal["none", "kv", "qk", "qv"]
 FAMILIES: tuple[str, ...] = get_args(Family)
-_SHARINGS: tuple[str, ...] = by_name("attention_sharing").choices  # AttentionSharing's
 #: Each family's dropout where a training run names none (``TrainConfig.dropout`` None): its
 #: paper's (MCAN, ORT and LXMERT train with 0.1), timm's for the vision families (DeiT and Swin
 #: use none).
@@ -79,6 +79,7 @@ MAX_STAGES = 8
 _INT_KEYS = tuple(k.name for k in KNOBS if k.kind == "int")
 _MINIMUM = {k.name: k.minimum for k in KNOBS if k.kind == "int"}
 _BOOL_KEYS = tuple(k.name for k in KNOBS if k.kind == "bool")
+_CHOICES = {k.name: k.choices for k in KNOBS if k.kind == "choice"}
 _GROUP_FLAGS = ("group_attention", "group_ffn", "group_merge", "group_intermediate")
 
 LayerSharing = str | tuple[tuple[str, str], ...] | None
@@ -131,6 +132,10 @@ class ArchConfig:
             )
         if isinstance(self.depths, list):
             object.__setattr__(self, "depths", tuple(self.depths))
+        if self.family in FAMILIES:  # a key left unset takes its family's default (nas.knobs)
+            for knob in KNOBS:
+                if knob.defaults and getattr(self, knob.name) is None:
+                    object.__setattr__(self, knob.name, knob.default_for(self.family))
         self._check_types()
         self._check_family_keys()
         self._check_divisibility()
@@ -155,11 +160,10 @@ class ArchConfig:
             value = getattr(self, key)
             if not isinstance(value, bool):
                 raise ConfigError(f"`{key}` must be true or false, but got {key}={value!r}.")
-        if self.attention_sharing not in _SHARINGS:
-            raise ConfigError(
-                f"`attention_sharing` must be one of {list(_SHARINGS)}, "
-                f"but got {self.attention_sharing!r}."
-            )
+        for key, choices in _CHOICES.items():
+            value = getattr(self, key)
+            if not isinstance(value, str) or value not in choices:
+                raise ConfigError(f"`{key}` must be one of {list(choices)}, but got {value!r}.")
         if self.depths is not None and (
             not isinstance(self.depths, tuple)
             or not self.depths
@@ -317,19 +321,24 @@ class ArchConfig:
 
     # ------------------------------------------------------------------ (de)serialisation
     def to_dict(self) -> dict[str, Any]:
-        """The config as a flat, JSON/YAML-serialisable mapping (unset keys left out)."""
+        """The config as a flat, JSON/YAML-serialisable mapping, in the knob table's order.
+
+        Left out: keys of other families, unset, and knobs added since the first stored
+        identities (``Knob.pinned`` false) at their family's default, which ``from_dict`` fills
+        back in: a mapping written before such a knob existed reads as the same config.
+        """
         out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            if f.name.startswith("_"):
+        for knob in knobs.KNOBS:  # looked up on each call: a test may add a row
+            value = getattr(self, knob.name)
+            if value is None and knob.name in _FAMILY_KEYS:
                 continue
-            value = getattr(self, f.name)
-            if value is None and f.name in _FAMILY_KEYS:
+            if not knob.pinned and value == knob.default_for(self.family):
                 continue
-            if isinstance(value, tuple) and f.name == "depths":
+            if isinstance(value, tuple) and knob.name == "depths":
                 value = list(value)
-            if isinstance(value, tuple) and f.name == "layer_sharing":
+            if isinstance(value, tuple) and knob.name == "layer_sharing":
                 value = dict(value)
-            out[f.name] = value
+            out[knob.name] = value
         return out
 
     @classmethod
@@ -364,15 +373,22 @@ class ArchConfig:
 
     # ------------------------------------------------------------------ identity
     def normalized(self) -> dict[str, Any]:
-        """The config with no-op knobs cleared, so that equal networks compare equal."""
+        """The config with no-op knobs cleared, so that equal networks compare equal.
+
+        A knob whose ``Knob.condition`` does not hold takes its inactive value; ``groups`` is 1
+        unless some group-wise layer is on; a knob added since the first stored identities is
+        left out at its family's default (``to_dict``), so it changes no ``arch_id`` stored
+        before it existed.
+        """
         out = self.to_dict()
-        if self.groups == 1:
-            for flag in _GROUP_FLAGS:
-                out[flag] = False
+        for knob in knobs.KNOBS:
+            if knob.condition is not None and knob.name in out and not knob.condition.holds(
+                    out.__getitem__):
+                out[knob.name] = knob.condition.inactive
+                if not knob.pinned and out[knob.name] == knob.default_for(self.family):
+                    del out[knob.name]
         if not any(out[f] for f in _GROUP_FLAGS):
             out["groups"] = 1
-        if not self.shares_group_weights:
-            out["weight_sharing"] = False
         shared = {
             name: format_pattern(p) for name, p in self._patterns.items()
             if p != tuple(range(len(p)))

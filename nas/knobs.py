@@ -1,30 +1,66 @@
 """The knob table: every key of an architecture, declared once.
 
-Each row gives a key's kind, its bounds, the families it applies to, what it means, the paper it
-comes from, the value that leaves the Transformer dense (for knobs of the design space) and the
-name LW-Transformer's OpenVQA fork or our OpenVQA export writes it under. Everything else reads
-this table: ``nas.config`` (types, limits, which family may set which key), the search spaces
-(``search_spaces._knobs``: which knobs take ranges, flags or choices), the exports (which knobs
-other code bases ignore, the OpenVQA key names) and the README's knob list (:func:`markdown`;
-``tests/test_knobs.py`` keeps the README equal to it).
+Each row gives a key's kind, its bounds or choices, the families it applies to, its default
+(the value that leaves the Transformer dense for knobs of the design space, or one value per
+family), where it acts (``attention``, ``ffn``, ``stack``, ``embedding``) and the keyword
+argument of the blocks it sets, the condition under which it matters, what it means, the paper
+it comes from and the name LW-Transformer's OpenVQA fork or our OpenVQA export writes it under.
+Everything else reads this table: ``nas.config`` (types, limits, choices, family defaults,
+which family may set which key, the identity), ``nas.models.base.block_knobs`` (the blocks'
+keyword arguments), the search spaces (``search_spaces._knobs``: which knobs take ranges, flags
+or choices, the order and conditions of ``suggest`` and ``params_for``), the exports (which
+knobs other code bases ignore, the OpenVQA key names) and the README's knob lists
+(:func:`markdown`, :func:`summary_markdown`; ``tests/test_knobs.py`` keeps the README equal).
 
-Adding a knob: a row here, a field of ``nas.config.ArchConfig`` of the same name (a test checks
-that the two agree), and the layers that implement it.
+Adding a knob: a row in ``_LATER``, a field of ``nas.config.ArchConfig`` of the same name
+defaulting to None (a test checks that the two agree), and the block argument that implements
+it. Hand-written code remains only for derived widths, depths and sharing patterns. A later
+knob at its family's default stays out of ``arch_id`` and the search-space hashes, so studies
+stored before it existed resume unchanged.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from nas.sharing import MAX_PATTERN_LENGTH
 
-__all__ = ["FAMILY_NAMES", "KNOBS", "Knob", "by_name", "dense_values", "markdown"]
+__all__ = [
+    "FAMILY_NAMES",
+    "KNOBS",
+    "Condition",
+    "Knob",
+    "Site",
+    "by_name",
+    "dense_values",
+    "markdown",
+    "per_family",
+    "summary_markdown",
+]
 
 #: The five families, in the order the papers introduce them.
 FAMILY_NAMES: tuple[str, ...] = ("mcan", "ort", "lxmert", "vit", "swin")
 
 Kind = Literal["family", "int", "bool", "choice", "pattern", "stages"]
+#: Where a knob acts: the blocks it sets an argument of (``attention``: ``nas.layers.Attention``;
+#: ``ffn``: ``nas.layers.FeedForward``), the stacks (depth, layer sharing), the embeddings and
+#: output vocabulary, or the width of the whole network.
+Site = Literal["attention", "ffn", "stack", "embedding", "network"]
+
+
+@dataclass(frozen=True)
+class Condition:
+    """When a knob matters: ``holds(get)`` reads the other knobs' values through ``get``.
+
+    Where it does not hold, the knob takes ``inactive`` (a search space does not draw it, and
+    does not ask for it when it enqueues a config); ``text`` says when it holds, for people.
+    """
+
+    text: str
+    holds: Callable[[Callable[[str], Any]], bool]
+    inactive: Any
 
 
 @dataclass(frozen=True)
@@ -41,11 +77,26 @@ class Knob:
     choices: tuple[str, ...] = ()  # ``choice``: the values
     dense: Any = None  # a design-space knob: its value in the plain Transformer (else None)
     openvqa: str | None = None  # its key in the OpenVQA export (None: not written there)
+    label: str | None = None  # its name in the papers (the README's summary lists these)
+    defaults: tuple[tuple[str, Any], ...] = ()  # family -> value where a config leaves it out
+    acts_on: tuple[Site, ...] = ()
+    block_arg: str | None = None  # the keyword argument of the ``acts_on`` blocks it sets
+    reads: str | None = None  # the config attribute passed as ``block_arg`` (None: the knob)
+    condition: Condition | None = None
+    # Whether its family default enters ``arch_id`` and the space hashes: only for the keys the
+    # first stored identities held. A later knob enters them only where a config moves it off
+    # its family default, so ids and hashes stored before it existed stay what they were.
+    pinned: bool = False
 
     @property
     def is_design_knob(self) -> bool:
         """A knob of the lightweight design space (not a size of the network)."""
         return self.dense is not None or self.name == "layer_sharing"
+
+    def default_for(self, family: str) -> Any:
+        """The value of this knob in ``family`` where a config leaves it out (None: no default,
+        the family's base preset gives it or the key stays unset)."""
+        return dict(self.defaults).get(family)
 
     def bounds(self) -> str:
         if self.kind == "int":
@@ -59,6 +110,14 @@ class Knob:
         return f"a pattern per stack, at most {MAX_PATTERN_LENGTH} layers"
 
 
+def per_family(**values: Any) -> tuple[tuple[str, Any], ...]:
+    """``Knob.defaults`` from one keyword per family (every family must be named)."""
+    missing = [f for f in FAMILY_NAMES if f not in values]
+    if missing or set(values) - set(FAMILY_NAMES):
+        raise ValueError(f"per_family needs exactly {list(FAMILY_NAMES)}, but got {list(values)}.")
+    return tuple((f, values[f]) for f in FAMILY_NAMES)
+
+
 _LW = "LW-Transformer (Luo et al. 2022)"
 _ACORT = "ACORT (Tan et al. 2022)"
 _SIZE = "the family's paper"
@@ -67,50 +126,77 @@ _SIZE = "the family's paper"
 # d_model 51200000 must be refused, not turned into a network that fills memory): the widest
 # stage of any paper-scale network here is 1536 (Swin-L's last; LXMERT and DeiT-B are 768) with
 # 48 heads, the deepest stack 32 layers (ViT-H); the limits are five and four times past that.
-KNOBS: tuple[Knob, ...] = (
+_GROUP_FLAGS = ("group_attention", "group_ffn", "group_merge", "group_intermediate")
+_GROUPED = Condition("when groups > 1", lambda get: get("groups") > 1, False)
+_SHARED = Condition("when groups > 1 and a group-wise layer is on",
+                    lambda get: get("groups") > 1 and any(get(f) for f in _GROUP_FLAGS), False)
+_QK = Condition("when attention_sharing is none or qk",
+                lambda get: get("attention_sharing") in ("none", "qk"), 1)
+
+# The keys of the first stored identities (``pinned``: their values always enter arch_id).
+_FIRST: tuple[Knob, ...] = (
     Knob("family", "family", "which network: MCAN encoder-decoder, object relation captioner, "
          "LXMERT, ViT/DeiT or Swin", "-", choices=FAMILY_NAMES),
     Knob("d_model", "int", "model width (Swin: the first stage's; it doubles each stage)", _SIZE,
-         high=8192),
-    Knob("d_ff", "int", "FFN hidden width (Swin: the first stage's)", _SIZE, high=32768),
-    Knob("heads", "int", "attention heads (Swin: the first stage's)", _SIZE, high=256),
+         high=8192, acts_on=("network",)),
+    Knob("d_ff", "int", "FFN hidden width (Swin: the first stage's)", _SIZE, high=32768,
+         acts_on=("ffn",)),
+    Knob("heads", "int", "attention heads (Swin: the first stage's)", _SIZE, high=256,
+         acts_on=("attention",)),
     Knob("encoder_layers", "int", "encoder depth (ViT: its blocks)", _SIZE,
-         families=("mcan", "ort", "vit"), high=MAX_PATTERN_LENGTH),
+         families=("mcan", "ort", "vit"), high=MAX_PATTERN_LENGTH, acts_on=("stack",)),
     Knob("decoder_layers", "int", "decoder depth", _SIZE, families=("mcan", "ort"),
-         high=MAX_PATTERN_LENGTH),
+         high=MAX_PATTERN_LENGTH, acts_on=("stack",)),
     Knob("language_layers", "int", "LXMERT's language encoder depth", _SIZE,
-         families=("lxmert",), high=MAX_PATTERN_LENGTH),
+         families=("lxmert",), high=MAX_PATTERN_LENGTH, acts_on=("stack",)),
     Knob("vision_layers", "int", "LXMERT's object-relationship encoder depth", _SIZE,
-         families=("lxmert",), high=MAX_PATTERN_LENGTH),
+         families=("lxmert",), high=MAX_PATTERN_LENGTH, acts_on=("stack",)),
     Knob("cross_layers", "int", "LXMERT's cross-modality encoder depth", _SIZE,
-         families=("lxmert",), high=MAX_PATTERN_LENGTH),
+         families=("lxmert",), high=MAX_PATTERN_LENGTH, acts_on=("stack",)),
     Knob("depths", "stages", "Swin's blocks per stage", _SIZE, families=("swin",),
-         high=MAX_PATTERN_LENGTH),
+         high=MAX_PATTERN_LENGTH, acts_on=("stack",)),
     Knob("groups", "int", "group count k of the group-wise layers (Swin: channel groups of qkv "
-         "and fc2)", _LW, high=256, dense=1, openvqa="GROUP"),
+         "and fc2)", _LW, high=256, dense=1, openvqa="GROUP", label="group count k",
+         acts_on=("attention", "ffn")),  # through the four flags below
     Knob("group_attention", "bool", "G-MHA: Q, K, V projected group-wise, h/k heads per group",
-         _LW, dense=False, openvqa="G_MHA"),
+         _LW, dense=False, openvqa="G_MHA", label="G-MHA", acts_on=("attention",),
+         block_arg="groups", reads="attention_groups", condition=_GROUPED),
     Knob("group_ffn", "bool", "G-FFN: the FFN's second projection W2 group-wise", _LW,
-         dense=False, openvqa="G_FFN"),
+         dense=False, openvqa="G_FFN", label="G-FFN", acts_on=("ffn",), block_arg="groups",
+         reads="ffn_groups", condition=_GROUPED),
     Knob("weight_sharing", "bool", "WS: the groups of a group-wise layer share one weight", _LW,
-         dense=False, openvqa="WEIGHT_SHARING"),
+         dense=False, openvqa="WEIGHT_SHARING", label="WS", acts_on=("attention", "ffn"),
+         block_arg="weight_sharing", condition=_SHARED),
     Knob("group_merge", "bool", "G-LML: the attention output projection W_O group-wise", _LW,
-         dense=False, openvqa="G_LML"),
+         dense=False, openvqa="G_LML", label="G-LML", acts_on=("attention",),
+         block_arg="merge_groups", reads="merge_groups", condition=_GROUPED),
     Knob("group_intermediate", "bool", "G-IL: the FFN's first projection W1 group-wise", _LW,
-         dense=False, openvqa="G_IL"),
+         dense=False, openvqa="G_IL", label="G-IL", acts_on=("ffn",),
+         block_arg="intermediate_groups", reads="intermediate_groups", condition=_GROUPED),
     Knob("qk_multiplier", "int", "Q/K expansion n: Q and K projected to n times their width",
-         _LW, high=16, dense=1, openvqa="EXPAND"),
+         _LW, high=16, dense=1, openvqa="EXPAND", label="Q/K expansion n",
+         acts_on=("attention",), block_arg="qk_multiplier", condition=_QK),
     Knob("layer_sharing", "pattern", "cross-layer sharing, e.g. (0x3,1x3): executed depth and "
-         "the parameter set of each layer", _ACORT, families=("mcan", "ort", "lxmert", "vit")),
+         "the parameter set of each layer", _ACORT, families=("mcan", "ort", "lxmert", "vit"),
+         label="cross-layer sharing", acts_on=("stack",)),
     Knob("attention_sharing", "choice", "attention parameter sharing: kv (W_K = W_V), qk "
          "(W_Q = W_K), qv (W_V = W_Q, Armour; self-attention only)",
          f"{_ACORT}; Armour", choices=("none", "kv", "qk", "qv"), dense="none",
-         openvqa="ATT_SHARING"),
+         openvqa="ATT_SHARING", label="attention sharing", acts_on=("attention",),
+         block_arg="sharing"),
     Knob("radix_base", "int", "radix encoding of the vocabulary: words as base-v digits",
-         _ACORT, families=("ort",), high=100_000, minimum=2),
-    Knob("patch_size", "int", "image patch size", _SIZE, families=("vit", "swin"), high=128),
-    Knob("window_size", "int", "Swin's attention window", _SIZE, families=("swin",), high=64),
+         _ACORT, families=("ort",), high=100_000, minimum=2, label="radix encoding",
+         acts_on=("embedding",)),
+    Knob("patch_size", "int", "image patch size", _SIZE, families=("vit", "swin"), high=128,
+         acts_on=("embedding",)),
+    Knob("window_size", "int", "Swin's attention window", _SIZE, families=("swin",), high=64,
+         acts_on=("attention",)),
 )
+
+# Knobs added since: each enters arch_id and the space hashes only off its family default.
+_LATER: tuple[Knob, ...] = ()
+
+KNOBS: tuple[Knob, ...] = (*(replace(k, pinned=True) for k in _FIRST), *_LATER)
 
 _BY_NAME = {k.name: k for k in KNOBS}
 
@@ -127,9 +213,40 @@ def dense_values() -> dict[str, Any]:
 
 def markdown() -> str:
     """The README's knob list: one row per knob."""
-    rows = ["| key | values | families | meaning | from |", "|---|---|---|---|---|"]
+    rows = ["| key | values | default | families | acts on | meaning | from |",
+            "|---|---|---|---|---|---|---|"]
     for k in KNOBS:
         families = "all" if k.families == FAMILY_NAMES else ", ".join(k.families)
-        rows.append(f"| `{k.name}` | {k.bounds()} | {families} | {k.meaning} | {k.paper} |")
+        rows.append(f"| `{k.name}` | {k.bounds()} | {_default_text(k)} | {families} | "
+                    f"{', '.join(k.acts_on) or '-'} | {k.meaning} | {k.paper} |")
     return "\n".join(rows) + "\n"
 
+
+def _text(value: Any) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(
+        value)
+
+
+def _default_text(knob: Knob) -> str:
+    if knob.defaults:
+        by_value: dict[str, list[str]] = {}
+        for family, value in knob.defaults:
+            by_value.setdefault(_text(value), []).append(family)
+        return "; ".join(f"{value} ({', '.join(families)})"
+                         for value, families in by_value.items())
+    if knob.is_design_knob:
+        return _text(knob.dense)
+    from nas.presets import family_defaults  # presets are configs: built on this module
+
+    if knob.kind == "family":
+        return "-"
+    preset = any(family_defaults(f).get(knob.name) is not None for f in knob.families)
+    return "the family's base preset's" if preset else "null"
+
+
+def summary_markdown() -> str:
+    """The README's summary of the design space: the knobs the papers name."""
+    rows = ["| knob | config key | what it does |", "|---|---|---|"]
+    rows += [f"| {k.label} | `{k.name}` | {k.meaning.removeprefix(f'{k.label}: ')} |"
+             for k in KNOBS if k.label]
+    return "\n".join(rows) + "\n"

@@ -16,6 +16,7 @@ from typing import Any
 
 from nas.config import LIMITS, ArchConfig, groups_split_heads, stack_depths
 from nas.errors import ConfigError
+from nas.knobs import FAMILY_NAMES, KNOBS
 from nas.sharing import parse_pattern
 from search_spaces._distributions import (
     Choice,
@@ -26,11 +27,10 @@ from search_spaces._distributions import (
 from search_spaces._knobs import (
     ARCH_ORDER,
     BOOL_KNOBS,
-    DEPTH_KNOBS,
+    CHOICE_KNOBS,
     DERIVED,
     GROUP_FLAGS,
     INT_KNOBS,
-    SHARINGS,
     STACK_DEPTH_KEYS,
     TRAIN_FIXED,
     accepts,
@@ -168,8 +168,9 @@ def _check_types(base: ArchConfig, arch: Mapping[str, Distribution]) -> None:
                 raise ConfigError(f"{where} values must be integers >= 1, but got {value!r}.")
             if key in BOOL_KNOBS and not isinstance(value, bool):
                 raise ConfigError(f"{where} choices must be true/false, but got {value!r}.")
-            if key == "attention_sharing" and value not in SHARINGS:
-                raise ConfigError(f"{where} choices must be in {list(SHARINGS)}, got {value!r}.")
+            if key in CHOICE_KNOBS and value not in CHOICE_KNOBS[key]:
+                raise ConfigError(f"{where} choices must be in {list(CHOICE_KNOBS[key])}, got "
+                                  f"{value!r}.")
             if key == "attention_sharing" and value == "qv" and base.family in _CROSS_FAMILIES:
                 raise ConfigError(
                     f"{where} lists 'qv', but family {base.family!r} has cross-attention and qv "
@@ -185,7 +186,8 @@ def _check_types(base: ArchConfig, arch: Mapping[str, Distribution]) -> None:
             f"decoder), but the base is {base.family!r}."
         )
     # Keys that only some families have: let the config say which (same message as `nas cost`).
-    for key in (*DEPTH_KNOBS, "depths", "patch_size", "window_size"):
+    for key in (k.name for k in KNOBS if k.families != FAMILY_NAMES
+                and k.name not in ("radix_base", "layer_sharing")):
         for value in arch[key].values() if key in arch else ():
             if key == "depths":
                 value = [int(d) for d in str(value).split(",")]

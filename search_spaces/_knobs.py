@@ -14,18 +14,20 @@ import functools
 import types
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from nas.knobs import KNOBS, by_name
+from nas.knobs import KNOBS, Knob, by_name
 from search_spaces._distributions import Numeric, same_value
 
 __all__ = [
     "ARCH_ORDER",
     "BOOL_KNOBS",
+    "CHOICE_KNOBS",
     "DEPTH_KNOBS",
     "DERIVED",
     "GROUP_FLAGS",
     "INT_KNOBS",
     "SHARINGS",
     "STACK_DEPTH_KEYS",
+    "TABLE_DRAWN",
     "TRAIN_FIXED",
     "accepts",
     "numeric_kind",
@@ -41,24 +43,31 @@ STACK_DEPTH_KEYS = {"encoder": "encoder_layers", "decoder": "decoder_layers",
 GROUP_FLAGS = ("group_attention", "group_ffn", "group_merge", "group_intermediate")
 DERIVED = ("heads_per_group", "head_dim", "ffn_ratio")
 # From the knob table: flags take choices of true/false, integers ranges or choices (radix_base
-# takes choices only: it may be null), attention sharing its schemes.
+# takes choices only: it may be null), choice knobs (attention sharing...) their choices.
 BOOL_KNOBS = tuple(k.name for k in KNOBS if k.kind == "bool")
 INT_KNOBS = (*(k.name for k in KNOBS if k.kind == "int" and k.name != "radix_base"),
              "heads_per_group", "head_dim", "ffn_ratio")
+CHOICE_KNOBS: dict[str, tuple[str, ...]] = {k.name: k.choices for k in KNOBS
+                                            if k.kind == "choice"}
 SHARINGS = by_name("attention_sharing").choices
 
-#: The order of ``trial.suggest_*`` calls: depth first (layer-sharing schemes resolve against
-#: it), then groups before the widths they must divide, flags only once groups is known,
-#: attention sharing before the Q/K multiplier it conditions.
-ARCH_ORDER = (
-    *DEPTH_KNOBS, "depths",
-    "groups", "heads", "heads_per_group", "d_model", "head_dim", "d_ff", "ffn_ratio",
-    *GROUP_FLAGS, "weight_sharing",
-    "attention_sharing", "qk_multiplier",
-    "radix_base",
-    "layer_sharing",
-    "patch_size", "window_size",
-)
+# Drawn by hand in ``SearchSpace.suggest``: the depths, then groups before the widths they must
+# divide (the derived widths make the divisibility hold by construction).
+_BY_HAND = (*DEPTH_KNOBS, "depths",
+            "groups", "heads", "heads_per_group", "d_model", "head_dim", "d_ff", "ffn_ratio")
+# The first knobs drawn from the table, in the order stored studies drew them: flags once groups
+# is known, attention sharing before the Q/K multiplier its condition reads.
+_FIRST_DRAWN = (*GROUP_FLAGS, "weight_sharing", "attention_sharing", "qk_multiplier",
+                "radix_base", "layer_sharing", "patch_size", "window_size")
+
+#: The order of ``trial.suggest_*`` calls: the knobs drawn by hand, then the table's searchable
+#: knobs (a knob after those its ``Knob.condition`` reads), knobs added since in table order.
+ARCH_ORDER = (*_BY_HAND, *_FIRST_DRAWN, *(
+    k.name for k in KNOBS
+    if k.kind in ("int", "bool", "choice") and k.name not in (*_BY_HAND, *_FIRST_DRAWN)))
+#: The knobs ``SearchSpace.suggest`` and ``params_for`` handle generically from their table row
+#: (``layer_sharing``'s row marks where the stacks' patterns are drawn).
+TABLE_DRAWN: tuple[Knob, ...] = tuple(by_name(key) for key in ARCH_ORDER if key not in _BY_HAND)
 
 #: TrainConfig fields a space may not search: the study owns them (fidelity, seed, resources).
 TRAIN_FIXED = ("epochs", "seed", "device", "amp", "max_steps_per_epoch", "eval_batch_size",

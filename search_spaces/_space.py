@@ -25,7 +25,7 @@ from search_spaces._distributions import Distribution
 from search_spaces._knobs import (
     ARCH_ORDER,
     DEPTH_KNOBS,
-    GROUP_FLAGS,
+    TABLE_DRAWN,
     train_fields,
 )
 from search_spaces._schemes import format_sharing, resolve_sharing
@@ -34,9 +34,7 @@ __all__ = ["SearchSpace"]
 
 _TOP_KEYS = ("name", "base", "description", "arch", "train")
 _CONDITIONS = {
-    **dict.fromkeys(GROUP_FLAGS, "when groups > 1"),
-    "weight_sharing": "when groups > 1 and a group-wise layer is on",
-    "qk_multiplier": "when attention_sharing is none or qk",
+    **{k.name: k.condition.text for k in TABLE_DRAWN if k.condition is not None},
     "heads_per_group": "heads = groups x heads_per_group",
     "head_dim": "d_model = heads x head_dim",
     "ffn_ratio": "d_ff = ffn_ratio x d_model",
@@ -201,20 +199,20 @@ class SearchSpace:
             values["d_ff"] = values["d_model"] * pick("ffn_ratio", None)
         else:
             values["d_ff"] = pick("d_ff", base.d_ff)
-        for flag in GROUP_FLAGS:
-            values[flag] = groups > 1 and bool(pick(flag, getattr(base, flag)))
-        grouped = any(values[flag] for flag in GROUP_FLAGS)
-        values["weight_sharing"] = grouped and bool(pick("weight_sharing", base.weight_sharing))
-        sharing = values["attention_sharing"] = pick("attention_sharing", base.attention_sharing)
-        values["qk_multiplier"] = (pick("qk_multiplier", base.qk_multiplier)
-                                   if sharing in ("none", "qk") else 1)
-        if "radix_base" in arch:
-            values["radix_base"] = pick("radix_base", None)
-        if self.family != "swin":
-            values["layer_sharing"] = self._suggest_sharing(trial, values)
-        for key in ("patch_size", "window_size"):
-            if key in arch:
-                values[key] = pick(key, None)
+
+        def get(key: str) -> Any:  # a knob drawn (or fixed) so far
+            return values[key] if key in values else getattr(base, key)
+
+        # The other knobs from their table rows: each drawn only where its condition holds.
+        for knob in TABLE_DRAWN:
+            key = knob.name
+            if key == "layer_sharing":
+                if self.family != "swin":
+                    values[key] = self._suggest_sharing(trial, values)
+            elif knob.condition is None or knob.condition.holds(get):
+                values[key] = pick(key, getattr(base, key))
+            else:
+                values[key] = knob.condition.inactive
         config = ArchConfig.from_dict(values)
         train = {key: dist.suggest(trial, key) for key, dist in self.train.items()}
         return config, train
@@ -283,18 +281,11 @@ class SearchSpace:
                               f"not a whole multiple of d_model={config.d_model} (ffn_ratio).")
         put("ffn_ratio", config.d_ff // config.d_model)
         put("d_ff", config.d_ff)
-        if groups > 1:
-            for flag in GROUP_FLAGS:
-                put(flag, getattr(config, flag))
-            if any(effective(flag) for flag in GROUP_FLAGS):
-                put("weight_sharing", config.weight_sharing)
-        put("attention_sharing", config.attention_sharing)
-        if effective("attention_sharing") in ("none", "qk"):
-            put("qk_multiplier", config.qk_multiplier)
-        put("radix_base", config.radix_base)
-        params.update(self._sharing_params(config))
-        put("patch_size", config.patch_size)
-        put("window_size", config.window_size)
+        for knob in TABLE_DRAWN:  # what suggest() asks for, where it asks
+            if knob.name == "layer_sharing":
+                params.update(self._sharing_params(config))
+            elif knob.condition is None or knob.condition.holds(effective):
+                put(knob.name, getattr(config, knob.name))
         params.update(self._train_params(train or {}, config.family))
         self._check_rebuilds(config, params)
         return params

@@ -12,8 +12,9 @@ import pytest
 import nas.config as config
 from nas.config import ArchConfig
 from nas.errors import ConfigError
-from nas.knobs import FAMILY_NAMES, KNOBS, by_name, dense_values, markdown
-from nas.presets import family_defaults
+from nas.knobs import FAMILY_NAMES, KNOBS, by_name, dense_values, markdown, summary_markdown
+from nas.models.base import attention_knobs, ffn_knobs
+from nas.presets import family_defaults, get_preset
 from search_spaces import _knobs as space_knobs
 
 README = Path(__file__).parents[1] / "README.md"
@@ -74,3 +75,35 @@ def test_the_readme_lists_the_table() -> None:
     start = text.index("<!-- knobs: nas.knobs.markdown() -->\n") + len(
         "<!-- knobs: nas.knobs.markdown() -->\n")
     assert text[start:text.index("<!-- /knobs -->")] == markdown()
+
+
+def test_the_readme_summarises_the_knobs_the_papers_name() -> None:
+    text = README.read_text()
+    marker = "<!-- knob summary: nas.knobs.summary_markdown() -->\n"
+    start = text.index(marker) + len(marker)
+    assert text[start:text.index("<!-- /knob summary -->")] == summary_markdown()
+
+
+@pytest.mark.parametrize("preset", ["mcan-small", "lw-mini", "lw-3x", "acort-base",
+                                    "lw-swin-tiny", "armour-tiny"])
+def test_the_blocks_take_their_knobs_from_the_table(preset: str) -> None:
+    config = get_preset(preset)
+    assert attention_knobs(config) == {
+        "groups": config.attention_groups, "merge_groups": config.merge_groups,
+        "weight_sharing": config.weight_sharing, "qk_multiplier": config.qk_multiplier,
+        "sharing": config.attention_sharing}
+    ffn = ffn_knobs(config)
+    assert {k: ffn[k] for k in ("groups", "intermediate_groups", "weight_sharing")} == {
+        "groups": config.ffn_groups, "intermediate_groups": config.intermediate_groups,
+        "weight_sharing": config.weight_sharing}
+
+
+def test_a_knobs_condition_clears_it_in_the_identity() -> None:
+    base = {**family_defaults("mcan"), "family": "mcan"}
+    dense = ArchConfig.from_dict(base)
+    for knob in KNOBS:
+        if knob.condition is None or knob.kind != "bool":  # the flags: groups is 1 here
+            continue
+        config = ArchConfig.from_dict({**base, knob.name: not knob.condition.inactive})
+        assert not knob.condition.holds(config.normalized().__getitem__)
+        assert config.arch_id == dense.arch_id, knob.name

@@ -8,8 +8,9 @@ import torch
 from torch import nn
 
 from nas.config import ArchConfig
+from nas.knobs import KNOBS, Site
 
-__all__ = ["FamilyModel", "attention_knobs", "ffn_knobs"]
+__all__ = ["FamilyModel", "attention_knobs", "block_knobs", "ffn_knobs"]
 
 
 class FamilyModel(nn.Module):
@@ -50,21 +51,22 @@ class FamilyModel(nn.Module):
         return {}
 
 
+def block_knobs(config: ArchConfig, site: Site) -> dict[str, Any]:
+    """The keyword arguments the knob table (``Knob.block_arg``) sets on the blocks of ``site``
+    (``attention``: ``nas.layers.Attention``; ``ffn``: ``nas.layers.FeedForward``)."""
+    return {k.block_arg: getattr(config, k.reads or k.name) for k in KNOBS
+            if site in k.acts_on and k.block_arg is not None}
+
+
 def attention_knobs(config: ArchConfig) -> dict[str, Any]:
     """The keyword arguments of ``nas.layers.Attention`` that ``config``'s knobs set."""
-    return {
-        "groups": config.attention_groups,
-        "merge_groups": config.merge_groups,
-        "weight_sharing": config.weight_sharing,
-        "qk_multiplier": config.qk_multiplier,
-        "sharing": config.attention_sharing,
-    }
+    return block_knobs(config, "attention")
+
+
+# The activation of each family's FFN, as its paper trains it.
+_FFN_ACTIVATION = {"mcan": "relu", "ort": "relu", "lxmert": "gelu", "vit": "gelu", "swin": "gelu"}
 
 
 def ffn_knobs(config: ArchConfig) -> dict[str, Any]:
     """The keyword arguments of ``nas.layers.FeedForward`` that ``config``'s knobs set."""
-    return {
-        "groups": config.ffn_groups,
-        "intermediate_groups": config.intermediate_groups,
-        "weight_sharing": config.weight_sharing,
-    }
+    return {**block_knobs(config, "ffn"), "act_layer": _FFN_ACTIVATION[config.family]}

@@ -344,8 +344,8 @@ def build(
     d = config.d_model
     attention = partial(Attention, d, config.heads, **attention_knobs(config), attn_drop=dropout,
                         device=device, dtype=dtype)
-    ffn = partial(FeedForward, d, config.d_ff, **ffn_knobs(config), act_layer=nn.GELU,
-                  drop=0.0, device=device, dtype=dtype)
+    ffn = partial(FeedForward, d, config.d_ff, **ffn_knobs(config), drop=0.0,
+                  device=device, dtype=dtype)
 
     def stack(name: str, layer: type[nn.Module]) -> SharedStack:
         return SharedStack.build(

@@ -257,8 +257,7 @@ class ORTCaptioner(FamilyModel):
             return Attention(d, h, **attention_knobs(config), attn_drop=dropout, **kw)
 
         def ffn() -> FeedForward:
-            return FeedForward(d, config.d_ff, **ffn_knobs(config), act_layer=nn.ReLU,
-                               drop=dropout, **kw)
+            return FeedForward(d, config.d_ff, **ffn_knobs(config), drop=dropout, **kw)
 
         geometry = BoxGeometry()
         encoder = SharedStack.build(

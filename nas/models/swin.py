@@ -200,7 +200,7 @@ def build(
             proj_drop=dropout, device=device, dtype=dtype
         ))
         block.add_module("mlp", FeedForward(
-            block.dim, ff * scale, **ffn_knobs(config), act_layer=nn.GELU, drop=dropout,
+            block.dim, ff * scale, **ffn_knobs(config), drop=dropout,
             device=device, dtype=dtype,
         ))
     init_like_timm(net.layers)

@@ -115,7 +115,7 @@ class TimmFeedForward(FeedForward):
         in_features: int,
         hidden_features: int | None = None,
         out_features: int | None = None,
-        act_layer: type[nn.Module] = nn.GELU,
+        act_layer: type[nn.Module] | str = nn.GELU,
         norm_layer: type[nn.Module] | None = None,
         bias: bool = True,
         drop: float = 0.0,
@@ -140,13 +140,14 @@ class TimmFeedForward(FeedForward):
 def _bind(layer: type[nn.Module], **knobs: Any) -> type[nn.Module]:
     """``layer`` with ``knobs`` bound, as a class (timm calls ``issubclass`` on ``attn_layer``).
 
-    The bound subclass only carries the knobs into ``layer.__init__``: each instance then takes
+    The bound subclass only carries the knobs into ``layer.__init__``, over what timm passes
+    (the config's FFN activation replaces timm's ``act_layer``): each instance then takes
     ``layer`` as its class, so built models hold no local classes and pickle like any module.
     """
 
     class Bound(layer):  # type: ignore[valid-type, misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs, **knobs)
+            super().__init__(*args, **{**kwargs, **knobs})
             self.__class__ = layer  # type: ignore[assignment]
 
     return Bound

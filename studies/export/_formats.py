@@ -22,7 +22,7 @@ import yaml
 
 from nas.config import drop_rate
 from nas.errors import NasError
-from nas.knobs import KNOBS, dense_values
+from nas.knobs import KNOBS
 from nas.timm_registry import timm_model_args
 from studies.export._checkpoint import Checkpoint, read_checkpoint
 from studies.export._record import TrialRecord
@@ -111,7 +111,6 @@ def _json(record: TrialRecord) -> str:
 
 
 # ----------------------------------------------------------------------------- hf-config
-_DENSE = dense_values()  # the knob table's plain-Transformer value of each design knob
 #: family -> (model_type, the class AutoModel* builds for our network, or None)
 _HF_CLASSES: dict[str, tuple[str, str | None]] = {
     "vit": ("vit", "ViTForImageClassification"),
@@ -122,10 +121,13 @@ _HF_CLASSES: dict[str, tuple[str, str | None]] = {
 }
 
 
-def _knobs_set(record: TrialRecord) -> dict[str, Any]:
-    """Our knobs that differ from the dense Transformer: what other code bases ignore."""
-    flat = record.arch.to_dict()
-    return {k: flat[k] for k, v in _DENSE.items() if k in flat and flat[k] != v}
+def _knobs_set(record: TrialRecord, *, expressed: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Our knobs that differ from the dense Transformer of the family (the knob table's dense
+    value, or its family default for a knob added since): what other code bases ignore, but
+    for those in ``expressed``."""
+    flat = record.arch.to_dict()  # a later knob is in it only off its family default
+    return {k.name: flat[k.name] for k in KNOBS if k.name in flat and k.name not in expressed
+            and (not k.pinned or (k.is_design_knob and flat[k.name] != k.dense))}
 
 
 def _hf_note(record: TrialRecord) -> str:
