@@ -406,7 +406,9 @@ def _plain_cost(value: Any) -> bool:
         count = value.get(key)
         if count is not None and not (type(count) in (int, float) and 0 <= count < 2**62):
             return False
-    return isinstance(value.get("parts"), (dict, type(None)))
+    parts = value.get("parts")
+    return parts is None or (isinstance(parts, dict)
+                             and all(isinstance(p, dict) for p in parts.values()))
 
 
 def _notes(n: int, bad: dict[str, np.ndarray]) -> np.ndarray:

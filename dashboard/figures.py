@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 from optuna.distributions import FloatDistribution, IntDistribution
 from plotly.subplots import make_subplots
 
+from dashboard._sql import number as stored_number
 from dashboard.analysis import front_mask, knob_groups
 from dashboard.data import StudyData
 from dashboard.formatting import Kind, header, kind_of, number
@@ -550,21 +551,11 @@ def cost_parts(cost: Mapping[str, Any] | None) -> go.Figure:
     names = [text(p) for p in parts]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("parameters", "MAdds"))
     for col, key in ((1, "params"), (2, "madds")):
-        fig.add_trace(go.Bar(x=names, y=[_count(parts[p].get(key, 0)) for p in parts],
+        fig.add_trace(go.Bar(x=names, y=[stored_number(parts[p].get(key, 0)) for p in parts],
                              marker_color=COLORS["front"], showlegend=False,
                              hovertemplate="%{x}: %{y:,}<extra></extra>"), row=1, col=col)
     fig.update_layout(**{**_LAYOUT, "template": _TEMPLATE, "height": 320})
     return fig
-
-
-def _count(value: Any) -> float | None:
-    """A stored count as a number to draw, None where it is none."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        return float(value)
-    except OverflowError:
-        return None
 
 
 def epoch_curves(epochs: Sequence[Mapping[str, Any]],

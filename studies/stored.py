@@ -347,6 +347,8 @@ def study_attrs(name: str, raw: Mapping[str, Any], n_objectives: int, *,
     if names is not None and len(names) != n_objectives:
         raise r.fail(StudyKey.OBJECTIVES, f"names {len(names)} objectives where the study has "
                                           f"{n_objectives}")
+    if names is not None and len(set(names)) != len(names):
+        raise r.fail(StudyKey.OBJECTIVES, "names an objective twice")
     if names is None and spec is not None and len(spec.objectives) == n_objectives:
         names = tuple(spec.objective_names)
     if spec is not None and len(spec.objectives) != n_objectives:
@@ -393,8 +395,9 @@ def _cost(value: Any) -> dict[str, Any]:
                               or not math.isfinite(v) or v < 0):
             raise ValueError(f"`{key}` must be a count >= 0, but is {_describe(v)}")
     parts = value.get("parts")
-    if parts is not None and not isinstance(parts, Mapping):
-        raise ValueError(f"`parts` must be a mapping, but is {_describe(parts)}")
+    if parts is not None and not (isinstance(parts, Mapping)
+                                  and all(isinstance(p, Mapping) for p in parts.values())):
+        raise ValueError("`parts` must map each part to its counts")
     return dict(value)
 
 

@@ -13,9 +13,10 @@ import hashlib
 import json
 import logging
 import os
+import sqlite3
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,19 @@ def study_dict(name: str, **overrides: Any) -> dict[str, Any]:
 def write_study(path: Path, name: str, **overrides: Any) -> Path:
     path.write_text(yaml.safe_dump(study_dict(name, **overrides), sort_keys=False))
     return path
+
+
+def edit_sqlite(db: Path, statements: Iterable[tuple[str, tuple[Any, ...]]]) -> None:
+    """Apply SQL edits to an SQLite study database as another program would, checkpoint its
+    write-ahead log and close: the file holds everything, for a copy to take."""
+    conn = sqlite3.connect(db)
+    try:
+        with conn:
+            for statement, params in statements:
+                conn.execute(statement, params)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
 
 
 def load(url: str, name: str) -> list[optuna.trial.FrozenTrial]:

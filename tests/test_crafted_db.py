@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -200,14 +199,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _edit(db: Path, statements: Any, *, alone: bool = True) -> None:
     """Apply SQL edits as another program would, and close: the copy is left as one file."""
-    conn = sqlite3.connect(db)
-    try:
-        with conn:
-            for sql, params in statements:
-                conn.execute(sql, params)
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        conn.close()
+    h.edit_sqlite(db, statements)
     assert not alone or not os.path.exists(f"{db}-wal")
 
 

@@ -24,7 +24,6 @@ import io
 import json
 import logging
 import shutil
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -161,14 +160,7 @@ def _trial_attr(number: int, key: str, text: str | None) -> Statements:
 
 def _edit(db: Path, statements: Statements) -> None:
     """Apply SQL edits as another program would, and close, leaving the copy one file."""
-    conn = sqlite3.connect(db)
-    try:
-        with conn:
-            for statement, params in statements:
-                conn.execute(statement, params)
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        conn.close()
+    h.edit_sqlite(db, statements)
 
 
 def _snapshot(folder: Path) -> dict[str, str]:
