@@ -7,7 +7,8 @@ wrong JSON type, not JSON, huge, nested 100,000 deep, path-like, control charact
 the reading commands on it in-process:
 
 - each ends with exit 0, or exit 2 and ONE line on stderr; never a traceback, never another code;
-- the read-only ones (status, pareto, export) leave the database byte-identical, create no file
+- the read-only ones (status, pareto, export, and promote, which is refused at the unknown
+  task it is given once it has read the source and chosen its trials) leave the database byte-identical, create no file
   beside it, and write nothing outside ``--out``; a refused ``resume`` changes nothing either;
 - the listing (``nas status`` without a name) still lists the other study;
 - what they print holds no control character but line feeds (no escape sequence reaches a
@@ -150,6 +151,8 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
     ("export-pareto", ("export", STUDY, "--pareto", "--format", "json", "--out",
                        "{root}/out/pareto", "--storage", "{db}"), True),
     ("resume", ("resume", STUDY, "--storage", "{db}"), False),
+    # promote reads and plans from the source, then refuses the unknown task: never trains here
+    ("promote", ("promote", STUDY, "--task", "no-such-task", "--storage", "{db}"), True),
 )
 
 #: Printed characters that could drive a terminal (line feeds are fine).
