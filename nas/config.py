@@ -28,6 +28,7 @@ __all__ = [
     "ArchConfig",
     "AttentionSharing",
     "Family",
+    "FfnActivation",
     "drop_rate",
     "groups_split_heads",
     "stack_depths",
@@ -35,6 +36,7 @@ __all__ = [
 
 Family = Literal["mcan", "ort", "lxmert", "vit", "swin"]
 AttentionSharing = Literal["none", "kv", "qk", "qv"]
+FfnActivation = Literal["relu", "gelu", "silu"]
 FAMILIES: tuple[str, ...] = get_args(Family)
 #: Each family's dropout where a training run names none (``TrainConfig.dropout`` None): its
 #: paper's (MCAN, ORT and LXMERT train with 0.1), timm's for the vision families (DeiT and Swin
@@ -119,6 +121,7 @@ class ArchConfig:
     radix_base: int | None = None
     patch_size: int | None = None
     window_size: int | None = None
+    ffn_activation: FfnActivation | None = None  # None: the family's (nas.knobs)
     _patterns: dict[str, tuple[int, ...]] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )

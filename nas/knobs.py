@@ -194,7 +194,13 @@ _FIRST: tuple[Knob, ...] = (
 )
 
 # Knobs added since: each enters arch_id and the space hashes only off its family default.
-_LATER: tuple[Knob, ...] = ()
+_LATER: tuple[Knob, ...] = (
+    Knob("ffn_activation", "choice", "the FFN's activation between W1 and W2",
+         "ReLU: MCAN, LW-Transformer, ORT, ACORT; GELU: LXMERT (BERT), DeiT, Swin",
+         choices=("relu", "gelu", "silu"), label="FFN activation",
+         defaults=per_family(mcan="relu", ort="relu", lxmert="gelu", vit="gelu", swin="gelu"),
+         acts_on=("ffn",), block_arg="act_layer"),
+)
 
 KNOBS: tuple[Knob, ...] = (*(replace(k, pinned=True) for k in _FIRST), *_LATER)
 

@@ -63,10 +63,6 @@ def attention_knobs(config: ArchConfig) -> dict[str, Any]:
     return block_knobs(config, "attention")
 
 
-# The activation of each family's FFN, as its paper trains it.
-_FFN_ACTIVATION = {"mcan": "relu", "ort": "relu", "lxmert": "gelu", "vit": "gelu", "swin": "gelu"}
-
-
 def ffn_knobs(config: ArchConfig) -> dict[str, Any]:
     """The keyword arguments of ``nas.layers.FeedForward`` that ``config``'s knobs set."""
-    return {**block_knobs(config, "ffn"), "act_layer": _FFN_ACTIVATION[config.family]}
+    return block_knobs(config, "ffn")

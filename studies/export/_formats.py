@@ -121,6 +121,10 @@ _HF_CLASSES: dict[str, tuple[str, str | None]] = {
 }
 
 
+#: our knobs the Hugging Face configs express (``hidden_act`` / ``activation_function``)
+_HF_EXPRESSES = ("ffn_activation",)
+
+
 def _knobs_set(record: TrialRecord, *, expressed: tuple[str, ...] = ()) -> dict[str, Any]:
     """Our knobs that differ from the dense Transformer of the family (the knob table's dense
     value, or its family default for a knob added since): what other code bases ignore, but
@@ -145,7 +149,7 @@ def _hf_note(record: TrialRecord) -> str:
         note = (f"AutoModelForImageClassification builds {cls}, the dense network of these "
                 "widths and depths (AutoModel builds its backbone, with a pooler and no "
                 "classifier).")
-    knobs = _knobs_set(record)
+    knobs = _knobs_set(record, expressed=_HF_EXPRESSES)
     if knobs and cls is not None:
         note += (" Hugging Face's model ignores our knobs "
                  + ", ".join(f"{k}={v}" for k, v in knobs.items())
@@ -162,26 +166,27 @@ def hf_config(record: TrialRecord) -> dict[str, Any]:
     a, g = record.arch, record.geometry
     d, ff, h = a.d_model, a.d_ff, a.heads
     model_type, cls = _HF_CLASSES[a.family]
+    act = a.ffn_activation  # transformers' ACT2FN names: relu, gelu (exact), silu
     keys: dict[str, Any]
     if a.family == "vit":  # transformers' ViTConfig
         keys = {"hidden_size": d, "num_hidden_layers": a.encoder_layers,
-                "num_attention_heads": h, "intermediate_size": ff, "hidden_act": "gelu",
+                "num_attention_heads": h, "intermediate_size": ff, "hidden_act": act,
                 "layer_norm_eps": 1e-6, "patch_size": a.patch_size, "qkv_bias": True}
     elif a.family == "swin":  # transformers' SwinConfig
         depths = list(a.depths or ())
         keys = {"embed_dim": d, "depths": depths, "num_heads": [h * 2**i for i in
                                                                 range(len(depths))],
                 "window_size": a.window_size, "mlp_ratio": ff / d, "patch_size": a.patch_size,
-                "hidden_act": "gelu", "layer_norm_eps": 1e-5, "qkv_bias": True}
+                "hidden_act": act, "layer_norm_eps": 1e-5, "qkv_bias": True}
     elif a.family == "lxmert":  # transformers' LxmertConfig
         keys = {"hidden_size": d, "num_attention_heads": h, "intermediate_size": ff,
                 "l_layers": a.language_layers, "r_layers": a.vision_layers,
-                "x_layers": a.cross_layers, "hidden_act": "gelu", "layer_norm_eps": 1e-12}
+                "x_layers": a.cross_layers, "hidden_act": act, "layer_norm_eps": 1e-12}
     else:  # ort, mcan: transformers' BartConfig, the closest encoder-decoder
         keys = {"d_model": d, "encoder_layers": a.encoder_layers,
                 "decoder_layers": a.decoder_layers, "encoder_attention_heads": h,
                 "decoder_attention_heads": h, "encoder_ffn_dim": ff, "decoder_ffn_dim": ff,
-                "activation_function": "relu", "is_encoder_decoder": True}
+                "activation_function": act, "is_encoder_decoder": True}
     task: dict[str, Any] = {}
     if g is not None:
         extra, task = _hf_task_keys(record, g)
@@ -225,7 +230,7 @@ def _hf_limits(record: TrialRecord) -> list[str]:
     if _HF_CLASSES[record.arch.family][1] is None:
         return [f"Hugging Face has no {record.arch.family} model: config.json uses BART's "
                 "config for the widths and depths; the network is nas_arch"]
-    knobs = _knobs_set(record)
+    knobs = _knobs_set(record, expressed=_HF_EXPRESSES)
     return [f"Hugging Face's model ignores {', '.join(knobs)} (config.json says so in "
             "nas_note)"] if knobs else []
 
