@@ -8,8 +8,9 @@ the reading commands on it in-process:
 
 - each ends with exit 0, or exit 2 and ONE line on stderr; never a traceback, never another code;
 - the read-only ones (status, pareto, export, and promote, which is refused at the unknown
-  task it is given once it has read the source and chosen its trials) leave the database byte-identical, create no file
-  beside it, and write nothing outside ``--out``; a refused ``resume`` changes nothing either;
+  task it is given once it has read the source and chosen its trials) leave the database
+  byte-identical, create no file beside it, and write nothing outside ``--out``; a refused
+  ``resume`` changes nothing either;
 - the listing (``nas status`` without a name) still lists the other study;
 - what they print holds no control character but line feeds (no escape sequence reaches a
   terminal).

@@ -259,7 +259,7 @@ def test_acort_refuses_unequal_depths_in_one_line() -> None:
 def test_notes_reach_stderr_and_paths_are_relative(tmp_path, capsys) -> None:
     url = f"sqlite:///{tmp_path / 'n.db'}"
     spec = StudySpec.from_dict({"name": "lw", "objectives": OBJECTIVES, "seed": 3, "task": "vqa2",
-                                "evaluator": "study_helpers:instant",
+                                "evaluator": "study_helpers:instant_with_weights",
                                 "budget": {"trials": 2}, "sampler": {"name": "random"},
                                 "space": {**STUDIES["mcan-vqa"]["space"], "arch": {
                                     "groups": {"choices": [2]},
