@@ -15,16 +15,21 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 __all__ = [
+    "NUM_SPECIAL",
     "UNK",
     "CaptionTokenizer",
     "RadixTokenizer",
     "WordTokenizer",
+    "digits_per_word",
     "num_digits",
     "tokenizer_from_dict",
 ]
 
 UNK = "<unk>"
 """The unknown word; always part of a tokenizer's word vocabulary."""
+
+NUM_SPECIAL = 3
+"""Special tokens of either tokenizer besides the words or digits: PAD, BOS and EOS."""
 
 
 def num_digits(num_words: int, base: int) -> int:
@@ -38,6 +43,23 @@ def num_digits(num_words: int, base: int) -> int:
         capacity *= base
         digits += 1
     return digits
+
+
+def digits_per_word(vocab_size: int, base: int | None) -> int:
+    """Radix digits per word over a word-level vocabulary of ``vocab_size`` tokens; 1 without
+    radix (``base=None``).
+
+    ``vocab_size`` counts the special tokens, as ``WordTokenizer.vocab_size`` and a caption
+    task's ``num_outputs`` do; the digits index only its ``vocab_size - 3`` words (``<unk>``
+    included), exactly as ``RadixTokenizer`` over the same words writes them. The cost model,
+    the ORT builder and the ACORT export all size captions with this function.
+    """
+    if base is None:
+        return 1
+    if vocab_size <= NUM_SPECIAL:
+        raise ValueError(f"`vocab_size > {NUM_SPECIAL}` must hold (PAD, BOS, EOS and at least one "
+                         f"word), but got vocab_size={vocab_size}.")
+    return num_digits(vocab_size - NUM_SPECIAL, base)
 
 
 def _order_counts(counts: Mapping[str, int], min_count: int) -> list[str]:
@@ -214,7 +236,7 @@ class RadixTokenizer(_WordVocab):
     @property
     def vocab_size(self) -> int:
         """Model output vocabulary: ``base + 3``."""
-        return self._base + 3
+        return self._base + NUM_SPECIAL
 
     def word_to_digits(self, word: str) -> list[int]:
         """The ``D`` digits of ``word``'s index, most-significant first."""
@@ -272,7 +294,7 @@ class WordTokenizer(_WordVocab):
     @property
     def vocab_size(self) -> int:
         """Model output vocabulary: ``num_words + 3``."""
-        return self.num_words + 3
+        return self.num_words + NUM_SPECIAL
 
     def _tokens(self, word: str) -> list[int]:
         return [self.word_index(word) + 3]

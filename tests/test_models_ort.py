@@ -10,16 +10,20 @@ from typing import Any
 import pytest
 import torch
 from modelcheck import check_against_materialised, random_knobs, random_pattern
+from test_radix import boundary_cases
 
 import nas.models.ort as ort_module
 from nas.config import ArchConfig
 from nas.cost import estimate_cost
 from nas.models import create_model
 from nas.models.decoding import LayerCache, beam_search
-from nas.models.ort import BoxGeometry, EncoderLayer, ORTCaptioner
+from nas.models.ort import BoxGeometry, EncoderLayer, ORTCaptioner, caption_tokens
 from nas.presets import PRESETS, get_preset
-from nas.radix import UNK, RadixTokenizer, WordTokenizer, num_digits
+from nas.radix import UNK, RadixTokenizer, WordTokenizer
 from nas.tasks import TaskGeometry
+from studies.export._formats import acort_options
+from studies.export._record import TrialRecord
+from studies.export.clients import acort_max_seq_length
 
 TINY = TaskGeometry("tiny-captions", "caption", 50, regions=5, region_dim=16, caption_words=6)
 ORT_PRESETS = [name for name, keys in PRESETS.items() if keys["family"] == "ort"]
@@ -61,7 +65,7 @@ def test_ort_base_parts_and_madds_follow_the_hand_count() -> None:
     assert cost.parts["head"].madds == t * d * v
     assert cost.parts["head"].params == d * v + v
     assert cost.parts["embedding"].params == 2048 * d + d + v * d
-    # acort-base: radix 768 -> 771 classes; captions are num_digits(10001, 768) = 2x longer
+    # acort-base: radix 768 -> 771 classes; 9,998 words (10,001 with PAD, BOS, EOS) take 2 digits
     acort = estimate_cost(get_preset("acort-base"))
     assert acort.parts["head"].params == d * 771 + 771
     assert acort.parts["head"].madds == 2 * t * d * 771
@@ -105,10 +109,52 @@ def test_build_uses_the_tokenizers_special_ids_and_vocabulary() -> None:
     model = _tiny_model(radix_base=7)
     assert (model.pad_id, model.bos_id, model.eos_id) == (radix.PAD, radix.BOS, radix.EOS)
     assert model.vocab_size == radix.vocab_size == 10
-    assert model.caption_len == 6 * num_digits(TINY.num_outputs, 7) == 6 * 3
+    # 47 words (50 outputs with PAD, BOS, EOS) take 2 base-7 digits: 7^2 = 49 >= 47
+    assert model.caption_len == 6 * radix.digits == 6 * 2
     model = _tiny_model()
     assert (model.pad_id, model.bos_id, model.eos_id) == (word.PAD, word.BOS, word.EOS)
     assert model.vocab_size == TINY.num_outputs == word.vocab_size
+
+
+def _acort_record(config: ArchConfig, task: TaskGeometry) -> TrialRecord:
+    return TrialRecord(study="s", number=0, state="complete", status=None, objectives=None,
+                       directions={}, arch=config, cost=None, train={}, task=task.name,
+                       task_options={}, geometry=task, space_hash=None, seed=None, fidelity=None,
+                       epochs_reached=None, checkpoint=None, checkpoint_dir=None,
+                       version="0.1.0", git_commit=None)
+
+
+def test_cost_model_and_export_use_the_tokenizers_digits_at_vocabulary_boundaries() -> None:
+    """Over every base whose powers fall at, just below or just above the word count or the
+    vocabulary size with specials: the decoder tokens the ORT builder sizes, the head MAdds the
+    cost model counts and the ACORT export's --max_seq_length follow the digits the tokenizer
+    writes for the same words."""
+    words_per_caption, d = 3, 8
+    for base, n in boundary_cases():
+        words = [f"w{i}" for i in range(n - 1)] + [UNK]
+        radix = RadixTokenizer(words, base)
+        task = TaskGeometry("boundary", "caption", WordTokenizer(words).vocab_size, regions=2,
+                            region_dim=8, caption_words=words_per_caption)
+        tokens = len(radix.encode([words[-1]] * words_per_caption, add_special=False))
+        assert tokens == words_per_caption * radix.digits
+        config = ArchConfig.from_dict({"family": "ort", "d_model": d, "d_ff": 16, "heads": 2,
+                                       "encoder_layers": 1, "decoder_layers": 1,
+                                       "radix_base": base})
+        assert caption_tokens(task, base) == tokens, (base, n)
+        model = create_model(config, task, device="meta")
+        assert isinstance(model, ORTCaptioner) and model.caption_len == tokens, (base, n)
+        opts, _ = acort_options(_acort_record(config, task))
+        length = opts[opts.index("--max_seq_length") + 1] if "--max_seq_length" in opts else None
+        expected = acort_max_seq_length(radix.digits)
+        assert length == (None if expected is None else str(expected)), (base, n)
+    for base, n in boundary_cases()[::9]:  # the traced cost, on a sample (it is slower)
+        words = [f"w{i}" for i in range(n - 1)] + [UNK]
+        task = TaskGeometry("boundary", "caption", n + 3, regions=2, region_dim=8,
+                            caption_words=words_per_caption)
+        config = _tiny_config(radix_base=base, d_model=d, d_ff=16, heads=2, encoder_layers=1,
+                              decoder_layers=1)
+        head = estimate_cost(config, task).parts["head"].madds
+        assert head == words_per_caption * RadixTokenizer(words, base).digits * d * (base + 3)
 
 
 # ---------------------------------------------------------------------- box geometry

@@ -12,6 +12,7 @@ from nas.radix import (
     CaptionTokenizer,
     RadixTokenizer,
     WordTokenizer,
+    digits_per_word,
     num_digits,
     tokenizer_from_dict,
 )
@@ -32,6 +33,52 @@ def test_round_trip_every_word_of_10k_vocabulary(base: int, digits: int) -> None
     assert tok.decode(ids) == WORDS_10K
     # every index gets a distinct digit tuple
     assert len({tuple(tok.word_to_digits(w)) for w in WORDS_10K}) == len(WORDS_10K)
+
+
+def boundary_cases() -> list[tuple[int, int]]:
+    """(base, words) pairs where a power of the base falls exactly at, just below or just above
+    the word count (``<unk>`` included) or the word-level vocabulary size (words + PAD, BOS,
+    EOS), up to 20,000 words; and coco-captions' 9,998 words (10,001 with the specials) under
+    every base whose power lies in 9,997 .. 10,002, and the bases beside them."""
+    cases = set()
+    for base in (2, 3, 7, 10, 16, 100, 768):
+        power = base
+        while power <= 20_000:
+            # words + 3 at power - 1, power, power + 1; words at power - 1, power, power + 1
+            cases.update((base, w) for w in range(power - 4, power + 2) if w >= 1)
+            power *= base
+    coco_words = 10_001 - 3
+    cases.update((base, coco_words) for base in (10, 21, 22, 99, 100, 101, *range(9_996, 10_003)))
+    return sorted(cases)
+
+
+def _words(n: int) -> list[str]:
+    return [f"w{i}" for i in range(n - 1)] + [UNK]
+
+
+@pytest.mark.parametrize("base", sorted({b for b, _ in boundary_cases()}))
+def test_digits_at_vocabulary_boundaries_are_the_tokenizers(base: int) -> None:
+    """The digits the tokenizer writes per word are ``digits_per_word`` of the word-level
+    vocabulary size (what a caption task's ``num_outputs`` is), never of the size with specials
+    counted as words."""
+    for b, n in boundary_cases():
+        if b != base:
+            continue
+        words = _words(n)
+        radix, word = RadixTokenizer(words, base), WordTokenizer(words)
+        expected = next(d for d in range(1, 64) if base**d >= n)  # smallest D with v^D >= words
+        written = len(radix.encode([words[0], words[-1]], add_special=False)) // 2
+        assert radix.digits == written == expected, (base, n)
+        assert digits_per_word(word.vocab_size, base) == expected, (base, n)
+        assert radix.decode(radix.encode([words[-1]])) == [words[-1]]
+    assert digits_per_word(10_001, None) == 1
+
+
+def test_coco_captions_digits_count_words_not_specials() -> None:
+    # 10,001 outputs = 9,998 words + PAD, BOS, EOS: base 100 needs 2 digits (100^2 = 10,000), not 3
+    assert digits_per_word(10_001, 100) == 2 and num_digits(10_001, 100) == 3
+    assert digits_per_word(10_001, 10_000) == 1 and num_digits(10_001, 10_000) == 2
+    assert digits_per_word(10_001, 768) == 2
 
 
 def test_num_digits() -> None:
@@ -141,6 +188,7 @@ def test_to_dict_round_trip(tok: RadixTokenizer | WordTokenizer) -> None:
         (lambda: WordTokenizer(["a", "a"]), "'a'"),
         (lambda: RadixTokenizer.from_counts({"a": 1}, base=2, min_count=5), "min_count=5"),
         (lambda: num_digits(0, 10), "num_words=0"),
+        (lambda: digits_per_word(3, 10), "vocab_size=3"),
         (lambda: tokenizer_from_dict({"type": "bpe"}), "'bpe'"),
         (lambda: RadixTokenizer.from_dict({"type": "word", "words": ["a"]}), "'word'"),
     ],

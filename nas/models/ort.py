@@ -20,7 +20,7 @@ from nas.config import ArchConfig
 from nas.layers import Attention, FeedForward, SharedStack
 from nas.models.base import FamilyModel, attention_knobs, ffn_knobs
 from nas.models.decoding import DecodeState, LayerCache, beam_search, greedy_search
-from nas.radix import num_digits
+from nas.radix import digits_per_word
 from nas.tasks import TaskGeometry
 
 __all__ = [
@@ -36,9 +36,12 @@ _Device = torch.device | str | None
 
 
 def caption_tokens(task: TaskGeometry, radix_base: int | None) -> int:
-    """Decoder tokens of one caption of ``task``: words, times the digits per word with radix."""
-    digits = 1 if radix_base is None else num_digits(task.num_outputs, radix_base)
-    return task.caption_words * digits
+    """Decoder tokens of one caption of ``task``: words, times the digits per word with radix.
+
+    ``task.num_outputs`` is the word-level vocabulary with PAD, BOS and EOS; the digits index its
+    words only, as the tokenizer writes them (``nas.radix.digits_per_word``).
+    """
+    return task.caption_words * digits_per_word(task.num_outputs, radix_base)
 
 
 def _sinusoid_table(

@@ -317,9 +317,9 @@ def _radix_digits(record: TrialRecord) -> int | None:
     base, g = record.arch.radix_base, record.geometry
     if base is None or g is None:
         return None
-    from nas.radix import num_digits  # torch: imported only when an ort trial is exported
+    from nas.radix import digits_per_word  # torch: imported only when an ort trial is exported
 
-    return num_digits(g.num_outputs, base)
+    return digits_per_word(g.num_outputs, base)
 
 
 def _acort_limits(record: TrialRecord) -> list[str]:
@@ -328,7 +328,7 @@ def _acort_limits(record: TrialRecord) -> list[str]:
              if k not in ("attention_sharing", "layer_sharing")]
     if record.arch.radix_base is not None and _radix_digits(record) is None:
         notes.append("the task's vocabulary is unknown here, so --max_seq_length is not written "
-                     "(26 for two radix digits per word, 34 for three)")
+                     "(26 for two radix digits per word, 38 for three)")
     return notes
 
 
