@@ -10,6 +10,19 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 torch.set_num_threads(1)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--flop-seed", type=int, default=0,
+        help="seed of the random architectures tests/test_flop_counter.py draws (default 0)",
+    )
+
+
+@pytest.fixture
+def flop_seed(request: pytest.FixtureRequest) -> int:
+    """The ``--flop-seed`` option: rotate it to try new random architectures."""
+    return int(request.config.getoption("--flop-seed"))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():
         return

@@ -1,0 +1,190 @@
+"""The cost model against an independent counter: PyTorch's own, on the real networks.
+
+Every preset (``nas.presets``) and a seeded set of random architectures of every family are
+built on the CPU with real weights, run once under ``torch.utils.flop_counter.FlopCounterMode``
+(no custom formulas), and the count, FLOPs / 2, must equal ``nas cost``'s ``madds`` EXACTLY.
+Neither counts LayerNorms (``madds_norms`` reports those apart), biases or activations.
+
+Independent of the cost model's own tracing (``nas.cost.trace_madds``, the models'
+``example_inputs``): the inputs are built here from the task geometry alone, a caption being
+``caption_words`` random words written by a real ``RadixTokenizer`` / ``WordTokenizer`` over the
+task's words, and fed as the decoder input BOS + caption[:-1]; ``nn.LSTM`` runs with oneDNN off,
+so the counter sees its GEMMs instead of an opaque ``mkldnn_rnn_layer``.
+
+The random architectures are drawn by the shipped search spaces (``search_spaces/*.yaml``, every
+knob they search, plus the group-wise knobs and radix bases for ORT and window sizes that pad for
+Swin) over CPU-sized widths, depths and task geometries. Their seed rotates with a pytest option,
+so new cases can be tried over time while CI stays deterministic (default 0)::
+
+    pytest tests/test_flop_counter.py --flop-seed 7
+
+A failure names the architecture (``config.to_dict()``) to reproduce it with ``nas cost``.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import warnings
+from typing import Any
+
+import optuna
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from nas.config import ArchConfig
+from nas.cost import estimate_cost
+from nas.models import create_model, resolve_task
+from nas.presets import PRESETS, get_preset
+from nas.radix import UNK, RadixTokenizer, WordTokenizer
+from nas.tasks import TaskGeometry
+from search_spaces import SearchSpace, load_space
+
+CASES_PER_FAMILY = 8
+
+# CPU-sized geometries of each task kind. The caption task has 98 words (101 outputs with PAD,
+# BOS, EOS): powers of 10, 99 and 100 fall between the two sizes, where counting the specials as
+# words would add a digit per word.
+_VQA = TaskGeometry("flop-vqa", "vqa", 11, question_tokens=5, question_vocab=40, regions=6,
+                    region_dim=16)
+_CAPTION = TaskGeometry("flop-captions", "caption", 101, regions=5, region_dim=16,
+                        caption_words=4)
+_IMAGE = TaskGeometry("flop-images", "image", 10, image_size=32)
+
+_WIDTHS = {"heads_per_group": {"choices": [1, 2]}, "head_dim": {"choices": [4, 8]},
+           "ffn_ratio": {"choices": [2, 4]}}
+_LW = ("groups", "group_attention", "group_ffn", "group_merge", "group_intermediate",
+       "weight_sharing", "qk_multiplier")
+
+# family -> (shipped space, CPU-sized base, distributions replacing or adding to its own, task)
+_SPACES: dict[str, tuple[str, dict[str, Any], dict[str, Any], TaskGeometry]] = {
+    "mcan": ("full", {"family": "mcan", "d_model": 16, "d_ff": 32, "heads": 2,
+                      "encoder_layers": 2, "decoder_layers": 2},
+             {**_WIDTHS, "encoder_layers": {"choices": [1, 2, 3, 4]},
+              "decoder_layers": {"choices": [1, 2, 3, 4]}}, _VQA),
+    "ort": ("acort", {"family": "ort", "d_model": 16, "d_ff": 32, "heads": 2,
+                      "encoder_layers": 2, "decoder_layers": 2},
+            {**_WIDTHS, "encoder_layers": {"choices": [1, 2, 3, 4]},
+             "decoder_layers": {"choices": [1, 2, 3, 4]},
+             "radix_base": {"choices": [None, 2, 7, 10, 99, 100, 101]}}, _CAPTION),
+    "lxmert": ("lw_lxmert", {"family": "lxmert", "d_model": 16, "d_ff": 32, "heads": 2,
+                             "language_layers": 2, "vision_layers": 2, "cross_layers": 2},
+               {**_WIDTHS, "qk_multiplier": {"choices": [1, 2, 3]},
+                "language_layers": {"choices": [1, 2, 3]},
+                "vision_layers": {"choices": [1, 2]}, "cross_layers": {"choices": [1, 2]}},
+               _VQA),
+    "vit": ("armour_vit", {"family": "vit", "d_model": 24, "d_ff": 48, "heads": 3,
+                           "encoder_layers": 2, "patch_size": 8},
+            {**_WIDTHS, "groups": {"choices": [1, 2, 3]},
+             "qk_multiplier": {"choices": [1, 2, 3]},
+             "encoder_layers": {"choices": [1, 2, 3, 4]}}, _IMAGE),
+    # 32 px in patches of 2: stages of 16, 8, 4 and 2 tokens a side; windows of 3 pad the first
+    # three, windows of 4 fit, and timm shrinks any window to a 2-wide last stage.
+    "swin": ("lw_swin", {"family": "swin", "d_model": 24, "d_ff": 48, "heads": 3,
+                         "depths": [1, 1, 2, 1], "patch_size": 2, "window_size": 3},
+             {"window_size": {"choices": [2, 3, 4]},
+              "depths": {"choices": [[1, 1, 2, 1], [2, 2, 2, 2], [1, 1, 1, 1]]}}, _IMAGE),
+}
+
+_FAMILIES = list(_SPACES)
+
+
+@functools.cache
+def _space(family: str) -> SearchSpace:
+    """The family's shipped space (every knob it searches) over a CPU-sized base and widths."""
+    name, base, changes, _ = _SPACES[family]
+    data = load_space(name).to_dict()
+    arch = dict(data["arch"])
+    if family == "ort":  # the acort space searches no group-wise knob: take LW-Transformer's
+        arch.update({k: v for k, v in load_space("lw_transformer").to_dict()["arch"].items()
+                     if k in _LW})
+    arch.update(changes)
+    return SearchSpace.from_dict({**data, "name": f"flop-{family}", "base": base, "arch": arch})
+
+
+def _draw(family: str, seed: int) -> ArchConfig:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    config, _ = _space(family).suggest(study.ask())
+    return config
+
+
+# ----------------------------------------------------------------------------- inputs
+def _words(task: TaskGeometry) -> list[str]:
+    """The task's words: its word-level vocabulary minus PAD, BOS and EOS, ``<unk>`` last."""
+    words = [f"w{i}" for i in range(task.num_outputs - 4)] + [UNK]
+    assert WordTokenizer(words).vocab_size == task.num_outputs
+    return words
+
+
+def _inputs(config: ArchConfig, task: TaskGeometry, gen: torch.Generator) -> dict[str, Any]:
+    """One sample of ``task`` as the family's ``forward`` takes it, built from the geometry."""
+    if task.kind == "image":
+        return {"images": torch.randn(1, task.in_chans, task.image_size, task.image_size,
+                                      generator=gen)}
+    regions = torch.randn(1, task.regions, task.region_dim, generator=gen)
+    corners = torch.rand(1, task.regions, 2, 2, generator=gen).sort(dim=-1).values
+    boxes = torch.cat([corners[..., 0], corners[..., 1] + 1e-2], dim=-1)  # x0, y0, x1, y1
+    if task.kind == "vqa":
+        question = torch.randint(1, task.question_vocab, (1, task.question_tokens), generator=gen)
+        out = {"question": question, "regions": regions}
+        return {**out, "boxes": boxes} if config.family == "lxmert" else out
+    words = _words(task)
+    tokenizer = (WordTokenizer(words) if config.radix_base is None
+                 else RadixTokenizer(words, config.radix_base))
+    picks = torch.randint(0, len(words), (task.caption_words,), generator=gen).tolist()
+    caption = tokenizer.encode([words[i] for i in picks], add_special=False)
+    tokens = torch.tensor([[tokenizer.BOS, *caption[:-1]]])  # teacher forcing: BOS + caption[:-1]
+    return {"regions": regions, "boxes": boxes, "tokens": tokens}
+
+
+def _counted_madds(config: ArchConfig, task: TaskGeometry) -> int:
+    """FLOPs / 2 of one forward pass of the real CPU network, as PyTorch's counter sees it."""
+    torch.manual_seed(0)
+    model = create_model(config, task).eval()
+    inputs = _inputs(config, task, torch.Generator().manual_seed(0))
+    counter = FlopCounterMode(display=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # oneDNN's TF32 note when toggling it
+        with torch.backends.mkldnn.flags(enabled=False), torch.no_grad(), counter:
+            model(**inputs)
+    flops = int(counter.get_total_flops())
+    assert flops % 2 == 0, flops
+    return flops // 2
+
+
+def _check(config: ArchConfig, task: TaskGeometry | None = None) -> None:
+    geometry = resolve_task(config, task)
+    cost = estimate_cost(config, geometry)
+    counted = _counted_madds(config, geometry)
+    assert counted == cost.madds, (
+        f"FlopCounterMode counts {counted:,} MAdds, nas cost {cost.madds:,} "
+        f"({counted - cost.madds:+,}) for {config.to_dict()} on {geometry.name}")
+
+
+# ----------------------------------------------------------------------------- tests
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_preset_madds_equal_pytorchs_count(name: str) -> None:
+    """Each preset at its own width and depth on its family's task."""
+    _check(get_preset(name))
+
+
+@pytest.mark.parametrize("index", range(CASES_PER_FAMILY))
+@pytest.mark.parametrize("family", _FAMILIES)
+def test_random_architecture_madds_equal_pytorchs_count(
+    family: str, index: int, flop_seed: int
+) -> None:
+    """A random draw of the family's search space at CPU size (rotate with --flop-seed N)."""
+    seed = random.Random(f"{flop_seed}/{family}/{index}").randrange(2**31)
+    _check(_draw(family, seed), _SPACES[family][3])
+
+
+def test_counter_sees_the_radix_digits_of_the_word_vocabulary() -> None:
+    """On coco-captions' 9,998 words base 100 writes 2 digits a word and base 10,000 one: the
+    counter and the cost model agree on the geometry the tokenizer gives (issue 24)."""
+    task = resolve_task(get_preset("acort-small"), None)
+    for base in (100, 10_000):
+        config = get_preset("acort-small").replace(radix_base=base, encoder_layers=1,
+                                                   decoder_layers=1, layer_sharing=None)
+        _check(config, task)
