@@ -251,8 +251,7 @@ class _Reader:
             raise self.fail(key, f"is not valid: {_first_line(exc)}") from None
         except (TypeError, ValueError, KeyError, AttributeError, OverflowError,
                 RecursionError) as exc:
-            raise self.fail(key, f"is not valid ({type(exc).__name__}: "
-                                 f"{_first_line(exc)})") from None
+            raise self.fail(key, f"is not valid: {_first_line(exc)}") from None
 
 
 def _first_line(exc: BaseException) -> str:
