@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from nas import knobs
+from nas import knobs, registry
 from nas.errors import ConfigError
 from nas.knobs import FAMILY_NAMES, KNOBS
 from nas.sharing import canonical_pattern, format_pattern, parse_pattern
@@ -41,35 +41,25 @@ FAMILIES: tuple[str, ...] = get_args(Family)
 #: Each family's dropout where a training run names none (``TrainConfig.dropout`` None): its
 #: paper's (MCAN, ORT and LXMERT train with 0.1), timm's for the vision families (DeiT and Swin
 #: use none).
-DROP_RATE: dict[str, float] = {"mcan": 0.1, "ort": 0.1, "lxmert": 0.1, "vit": 0.0, "swin": 0.0}
+DROP_RATE: dict[str, float] = {f: registry.get_family(f).drop_rate for f in FAMILIES}
 
 
 def drop_rate(family: str, value: float | None = None) -> float:
     """The dropout a run of ``family`` uses: ``value``, or the family's own when it is None."""
-    return DROP_RATE[family] if value is None else float(value)
+    return registry.get_family(family).drop_rate if value is None else float(value)
 
 
 def groups_split_heads(family: str) -> bool:
     """Whether ``family``'s group-wise attention puts whole heads in each group (the LW papers'
     G-MHA: ``heads % groups == 0``). Swin (LW-Swin) groups its projections by channels only, so
     a head may span groups there and only the widths must divide by ``groups``."""
-    return family != "swin"
+    return registry.get_family(family).heads_in_groups
 
-# The stacks of each family, in order, with the config key holding each stack's depth.
-_STACKS: dict[str, dict[str, str]] = {
-    "mcan": {"encoder": "encoder_layers", "decoder": "decoder_layers"},
-    "ort": {"encoder": "encoder_layers", "decoder": "decoder_layers"},
-    "lxmert": {"language": "language_layers", "vision": "vision_layers", "cross": "cross_layers"},
-    "vit": {"encoder": "encoder_layers"},
-    "swin": {},
-}
 # Keys that only some families use (``nas.knobs``): a family not listed must leave the key unset.
 _FAMILY_KEYS: dict[str, tuple[str, ...]] = {
     k.name: k.families for k in KNOBS
     if k.families != FAMILY_NAMES and k.name != "layer_sharing"  # swin refuses it with a reason
 }
-# Families whose networks contain cross-attention (``qv`` sharing cannot apply there).
-_HAS_CROSS_ATTENTION = ("mcan", "ort", "lxmert")
 
 #: Upper limits of the size knobs (``nas.knobs``), checked on construction, before anything is
 #: allocated; search spaces check every bound they can draw against them.
@@ -89,7 +79,7 @@ LayerSharing = str | tuple[tuple[str, str], ...] | None
 
 def stack_depths(family: str, values: Mapping[str, Any]) -> dict[str, int]:
     """Depth of each stack of ``family`` (empty for swin, whose stages are not shared)."""
-    return {name: int(values[key]) for name, key in _STACKS[family].items()}
+    return {name: int(values[key]) for name, key in registry.get_family(family).stacks.items()}
 
 
 @dataclass(frozen=True)
@@ -99,7 +89,7 @@ class ArchConfig:
     Only the top-level model reads this object; blocks receive explicit arguments.
     """
 
-    family: Family
+    family: Family  # or a family a plugin registered (``nas.registry``)
     d_model: int
     d_ff: int
     heads: int
@@ -122,6 +112,9 @@ class ArchConfig:
     patch_size: int | None = None
     window_size: int | None = None
     ffn_activation: FfnActivation | None = None  # None: the family's (nas.knobs)
+    # The knobs plugins registered (``nas.registry.register_knob``): sorted (name, value) pairs,
+    # read with ``knob(name)``.
+    _extras: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
     _patterns: dict[str, tuple[int, ...]] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
@@ -135,19 +128,20 @@ class ArchConfig:
             )
         if isinstance(self.depths, list):
             object.__setattr__(self, "depths", tuple(self.depths))
-        if self.family in FAMILIES:  # a key left unset takes its family's default (nas.knobs)
+        if registry.is_family(self.family):  # a key left unset takes its family's default
             for knob in KNOBS:
                 if knob.defaults and getattr(self, knob.name) is None:
-                    object.__setattr__(self, knob.name, knob.default_for(self.family))
+                    object.__setattr__(self, knob.name, registry.knob_default(knob,
+                                                                              self.family))
         self._check_types()
+        self._check_extras()
         self._check_family_keys()
         self._check_divisibility()
         self._check_knobs()
         object.__setattr__(self, "_patterns", self._parse_sharing())
 
     def _check_types(self) -> None:
-        if self.family not in FAMILIES:
-            raise ConfigError(f"`family` must be one of {list(FAMILIES)}, but got {self.family!r}.")
+        registry.get_family(self.family)  # ConfigError naming the families
         for key in _INT_KEYS:
             value = getattr(self, key)
             if value is None and key not in ("d_model", "d_ff", "heads", "groups",
@@ -194,9 +188,45 @@ class ArchConfig:
                     f"stage's {key}), but got {key}={value} with {len(depths)} stages."
                 )
 
+    def _check_extras(self) -> None:
+        given = dict(self._extras)
+        rows = {k.name: k for k in registry.plugin_knobs()}
+        for key, value in given.items():
+            row = rows.get(key)
+            if row is None:
+                raise ConfigError(f"Unknown architecture key {key!r}; registered knobs are "
+                                  f"{sorted(rows)}.")
+            if self.family not in row.families and value != registry.knob_default(row,
+                                                                                 self.family):
+                raise ConfigError(f"`{key}` does not apply to family {self.family!r}; it is a "
+                                  f"key of {', '.join(row.families)}.")
+            if row.kind == "int" and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not row.minimum <= value <= (row.high or value)):
+                raise ConfigError(f"`{row.minimum} <= {key} <= {row.high}` must hold for an "
+                                  f"integer, but got {key}={value!r}.")
+            if row.kind == "bool" and not isinstance(value, bool):
+                raise ConfigError(f"`{key}` must be true or false, but got {key}={value!r}.")
+            if row.kind == "choice" and value not in row.choices:
+                raise ConfigError(f"`{key}` must be one of {list(row.choices)}, but got "
+                                  f"{value!r}.")
+        filled = {row.name: registry.knob_default(row, self.family) for row in rows.values()
+                  if self.family in row.families}
+        object.__setattr__(self, "_extras", tuple(sorted({**filled, **given}.items())))
+
+    def knob(self, name: str) -> Any:
+        """The value of knob ``name``: a field, or a knob a plugin registered."""
+        extras = dict(self._extras)
+        if name in extras:
+            return extras[name]
+        if name.startswith("_") or not hasattr(self, name):
+            raise ConfigError(f"Family {self.family!r} has no knob {name!r}.")
+        return getattr(self, name)
+
     def _check_family_keys(self) -> None:
+        spec = registry.get_family(self.family)
         for key, families in _FAMILY_KEYS.items():
-            if getattr(self, key) is not None and self.family not in families:
+            if getattr(self, key) is not None and self.family not in families and not spec.uses(
+                    key):
                 reason = (
                     " (radix encoding needs a text decoder)" if key == "radix_base" else ""
                 )
@@ -204,12 +234,7 @@ class ArchConfig:
                     f"`{key}` does not apply to family {self.family!r}{reason}; it is a key of "
                     f"{', '.join(families)}."
                 )
-        required = [*_STACKS[self.family].values()]
-        if self.family == "swin":
-            required += ["depths", "patch_size", "window_size"]
-        if self.family == "vit":
-            required += ["patch_size"]
-        for key in required:
+        for key in spec.required:
             if getattr(self, key) is None:
                 raise ConfigError(f"Family {self.family!r} needs `{key}`, but it is not set.")
 
@@ -238,7 +263,7 @@ class ArchConfig:
                 f"attention_sharing='qv' needs qk_multiplier=1 (W_Q = W_V must have one width), "
                 f"but got qk_multiplier={n}."
             )
-        if sharing == "qv" and self.family in _HAS_CROSS_ATTENTION:
+        if sharing == "qv" and registry.get_family(self.family).cross_attention:
             raise ConfigError(
                 f"attention_sharing='qv' applies to self-attention only, and family "
                 f"{self.family!r} has cross-attention; use 'none', 'kv' or 'qk'."
@@ -335,13 +360,16 @@ class ArchConfig:
             value = getattr(self, knob.name)
             if value is None and knob.name in _FAMILY_KEYS:
                 continue
-            if not knob.pinned and value == knob.default_for(self.family):
+            if not knob.pinned and value == registry.knob_default(knob, self.family):
                 continue
             if isinstance(value, tuple) and knob.name == "depths":
                 value = list(value)
             if isinstance(value, tuple) and knob.name == "layer_sharing":
                 value = dict(value)
             out[knob.name] = value
+        rows = {k.name: k for k in registry.plugin_knobs()}
+        out.update((name, value) for name, value in self._extras
+                   if value != registry.knob_default(rows[name], self.family))
         return out
 
     @classmethod
@@ -355,20 +383,23 @@ class ArchConfig:
                 f"An architecture config must be a mapping, but got {type(data).__name__}."
             )
         known = {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}
-        unknown = sorted(set(data) - known)
+        extra = {k.name for k in registry.plugin_knobs()} - known
+        unknown = sorted(set(data) - known - extra)
         if unknown:
             raise ConfigError(
-                f"Unknown architecture key {unknown[0]!r}; valid keys are {sorted(known)}."
+                f"Unknown architecture key {unknown[0]!r}; valid keys are "
+                f"{sorted(known | extra)}."
             )
         if "family" not in data:
-            raise ConfigError(f"The architecture config needs `family`, one of {list(FAMILIES)}.")
+            raise ConfigError(f"The architecture config needs `family`, one of "
+                              f"{list(registry.family_names())}.")
         family = data["family"]
-        if family not in FAMILIES:
-            raise ConfigError(f"`family` must be one of {list(FAMILIES)}, but got {family!r}.")
+        registry.get_family(family)  # ConfigError naming the families
         from nas.presets import family_defaults  # presets are data built on this module
 
         values = {**family_defaults(family), **data}
-        return cls(**values)
+        extras = tuple(sorted((k, values.pop(k)) for k in extra if k in values))
+        return cls(**values, _extras=extras)
 
     def replace(self, **changes: Any) -> ArchConfig:
         """A copy with some keys changed, validated like any config."""
@@ -384,11 +415,12 @@ class ArchConfig:
         before it existed.
         """
         out = self.to_dict()
-        for knob in knobs.KNOBS:
+        for knob in (*knobs.KNOBS, *registry.plugin_knobs()):
             if knob.condition is not None and knob.name in out and not knob.condition.holds(
-                    out.__getitem__):
+                    lambda key: out[key] if key in out else self.knob(key)):
                 out[knob.name] = knob.condition.inactive
-                if not knob.pinned and out[knob.name] == knob.default_for(self.family):
+                if not knob.pinned and out[knob.name] == registry.knob_default(knob,
+                                                                              self.family):
                     del out[knob.name]
         if not any(out[f] for f in _GROUP_FLAGS):
             out["groups"] = 1

@@ -7,8 +7,10 @@ it was reconstructed.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+from nas import registry
 from nas.config import ArchConfig
 from nas.errors import ConfigError
 
@@ -89,12 +91,47 @@ def _resolve(name: str) -> dict[str, Any]:
     return {**(_resolve(base) if base else {}), **keys}
 
 
-PRESETS: dict[str, dict[str, Any]] = {name: _resolve(name) for name in _TABLE}
+_BUILTIN: dict[str, dict[str, Any]] = {name: _resolve(name) for name in _TABLE}
+
+
+def _plugin_presets() -> dict[str, tuple[dict[str, Any], str]]:
+    """name -> (keys, note) of the presets registered families bring: their base (named after
+    the family) and variants."""
+    out: dict[str, tuple[dict[str, Any], str]] = {}
+    for family in registry.family_names():
+        spec = registry.get_family(family)
+        if not spec.builtin:
+            out[family] = (dict(spec.base), spec.note or f"{family} (plugin family)")
+            out.update((n, (dict(v), f"{family} variant")) for n, v in spec.presets.items())
+    return out
+
+
+class _Presets(Mapping[str, dict[str, Any]]):
+    """The table above, then the presets of families plugins registered (read live)."""
+
+    def __getitem__(self, name: str) -> dict[str, Any]:
+        if name in _BUILTIN:
+            return _BUILTIN[name]
+        return _plugin_presets()[name][0]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*_BUILTIN, *_plugin_presets()])
+
+    def __len__(self) -> int:
+        return len(_BUILTIN) + len(_plugin_presets())
+
+    def __contains__(self, name: object) -> bool:
+        return name in _BUILTIN or name in _plugin_presets()
+
+
+PRESETS: Mapping[str, dict[str, Any]] = _Presets()
 
 
 def family_defaults(family: str) -> dict[str, Any]:
     """The keys of ``family``'s base preset (used to fill keys a config leaves out)."""
-    return dict(PRESETS[_FAMILY_BASE[family]])
+    if family in _FAMILY_BASE:
+        return dict(_BUILTIN[_FAMILY_BASE[family]])
+    return dict(registry.get_family(family).base)
 
 
 def get_preset(name: str) -> ArchConfig:
@@ -109,4 +146,5 @@ def list_presets() -> list[PresetInfo]:
     return [
         {"name": name, "family": PRESETS[name]["family"], "note": note}
         for name, (_, _, note) in _TABLE.items()
-    ]
+    ] + [{"name": name, "family": keys["family"], "note": note}
+         for name, (keys, note) in _plugin_presets().items()]

@@ -118,9 +118,11 @@ def get_geometry(name: str) -> TaskGeometry:
 
 def check_task_fits(family: str, task: TaskGeometry) -> None:
     """Raise ``ConfigError`` when ``family`` cannot run on ``task``."""
-    if FAMILY_KIND[family] != task.kind:
-        fitting = sorted(n for n, g in GEOMETRIES.items() if g.kind == FAMILY_KIND[family])
-        need = FAMILY_KIND[family]
+    from nas.registry import get_family  # the registry reads geometries from here
+
+    need = get_family(family).kind
+    if need != task.kind:
+        fitting = sorted(n for n, g in GEOMETRIES.items() if g.kind == need)
         raise ConfigError(
             f"Task {task.name!r} is {_a(task.kind)} {task.kind} task, but family {family!r} "
             f"needs {_a(need)} {need} task such as {fitting}."

@@ -17,6 +17,7 @@ from typing import Any
 from nas.config import LIMITS, ArchConfig, groups_split_heads, stack_depths
 from nas.errors import ConfigError
 from nas.knobs import FAMILY_NAMES, KNOBS
+from nas.registry import get_family
 from nas.sharing import parse_pattern
 from search_spaces._distributions import (
     Choice,
@@ -42,7 +43,6 @@ from search_spaces._schemes import SCHEMES
 __all__ = ["check_arch", "depth_label", "ends", "parse_arch", "parse_train"]
 
 _MAX_WIDTH_COMBOS = 1_000_000
-_CROSS_FAMILIES = ("mcan", "ort", "lxmert")
 # The limit of each integer knob: a config key's own, a derived knob's that of the width it
 # multiplies into (the product is checked for every draw by _check_widths).
 _KNOB_LIMITS: dict[str, int] = {
@@ -171,7 +171,8 @@ def _check_types(base: ArchConfig, arch: Mapping[str, Distribution]) -> None:
             if key in CHOICE_KNOBS and value not in CHOICE_KNOBS[key]:
                 raise ConfigError(f"{where} choices must be in {list(CHOICE_KNOBS[key])}, got "
                                   f"{value!r}.")
-            if key == "attention_sharing" and value == "qv" and base.family in _CROSS_FAMILIES:
+            if (key == "attention_sharing" and value == "qv"
+                    and get_family(base.family).cross_attention):
                 raise ConfigError(
                     f"{where} lists 'qv', but family {base.family!r} has cross-attention and qv "
                     "applies to self-attention only (vit, swin); use none, kv or qk."

@@ -1,33 +1,22 @@
-"""The five family networks and ``create_model``, the one way to build them."""
+"""The family networks and ``create_model``, the one way to build them (the built-in five and
+those plugins register: ``nas.registry``)."""
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-
 import torch
 
+from nas import registry
 from nas.config import ArchConfig
 from nas.config import drop_rate as family_drop_rate
 from nas.models.base import FamilyModel
-from nas.tasks import DEFAULT_TASK, TaskGeometry, check_task_fits, get_geometry
+from nas.tasks import TaskGeometry, check_task_fits, get_geometry
 
 __all__ = ["FamilyModel", "create_model", "resolve_task"]
-
-# family -> module defining ``build(config, task, *, device=None, dtype=None, dropout=...)``
-_BUILDERS = {
-    "mcan": "nas.models.mcan",
-    "ort": "nas.models.ort",
-    "lxmert": "nas.models.lxmert",
-    "vit": "nas.models.vit",
-    "swin": "nas.models.swin",
-}
-
 
 def resolve_task(config: ArchConfig, task: TaskGeometry | str | None) -> TaskGeometry:
     """The task geometry to build ``config`` for: given, named, or the family's default."""
     if task is None:
-        task = DEFAULT_TASK[config.family]
+        task = registry.get_family(config.family).task
     geometry = get_geometry(task) if isinstance(task, str) else task
     check_task_fits(config.family, geometry)
     return geometry
@@ -49,7 +38,6 @@ def create_model(
     (``nas.config.DROP_RATE``).
     """
     geometry = resolve_task(config, task)
-    module = importlib.import_module(_BUILDERS[config.family])
-    build: Callable[..., FamilyModel] = module.build
+    build = registry.get_family(config.family).builder()
     return build(config, geometry, device=device, dtype=dtype,
                  dropout=family_drop_rate(config.family, drop_rate))

@@ -22,7 +22,7 @@ import yaml
 
 from nas.config import drop_rate
 from nas.errors import NasError
-from nas.knobs import KNOBS
+from nas.knobs import FAMILY_NAMES, KNOBS
 from nas.timm_registry import timm_model_args
 from studies.export._checkpoint import Checkpoint, read_checkpoint
 from studies.export._record import TrialRecord
@@ -30,8 +30,6 @@ from studies.export.clients import OPENVQA_FEAT_SIZE, acort_max_seq_length
 
 __all__ = ["FORMATS", "Format", "acort_options", "hf_config", "openvqa_config", "timm_state_dict",
            "trial_document"]
-
-_ALL = ("mcan", "ort", "lxmert", "vit", "swin")
 
 
 @dataclass(frozen=True)
@@ -47,7 +45,7 @@ class Format:
     name: str
     filename: str  # relative path, ``{n}`` is the trial number
     render: Callable[[TrialRecord], str]
-    families: tuple[str, ...] = _ALL
+    families: tuple[str, ...] | None = None  # None: every family, plugins' included
     needs_geometry: bool = False
     extras: Callable[[TrialRecord], dict[str, bytes]] | None = None
     refusal: Callable[[TrialRecord], str | None] | None = None
@@ -59,7 +57,7 @@ class Format:
     def check(self, record: TrialRecord) -> None:
         """``NasError`` when this format cannot express ``record``."""
         family = record.arch.family
-        if family not in self.families:
+        if self.families is not None and family not in self.families:
             raise NasError(
                 f"Format {self.name!r} applies to family {' / '.join(self.families)}, but "
                 f"{record.label} is a {family}; formats for it: {formats_for(family)}."
@@ -509,7 +507,7 @@ def _torch(record: TrialRecord) -> str:
 FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("yaml", "trial-{n}.yaml", _yaml),
     Format("json", "trial-{n}.json", _json),
-    Format("hf-config", "trial-{n}/config.json", _hf, limits=_hf_limits),
+    Format("hf-config", "trial-{n}/config.json", _hf, families=FAMILY_NAMES, limits=_hf_limits),
     Format("openvqa", "trial-{n}.openvqa.yml", _openvqa, families=("mcan",),
            refusal=_unequal_depths, limits=_openvqa_limits),
     Format("acort", "trial-{n}.acort.sh", _acort, families=("ort",), refusal=_unequal_depths,
@@ -521,4 +519,4 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
 
 
 def formats_for(family: str) -> list[str]:
-    return [name for name, f in FORMATS.items() if family in f.families]
+    return [name for name, f in FORMATS.items() if f.families is None or family in f.families]
