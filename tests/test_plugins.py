@@ -8,6 +8,7 @@ import importlib
 import json
 import os
 import re
+import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
@@ -154,3 +155,17 @@ def test_a_smoke_study_and_its_exports_on_the_plugin_family(plugin: Path, tmp_pa
         assert any(out.iterdir())
     record = json.loads((tmp_path / "json" / f"trial-{number}.json").read_text())
     assert record["arch"]["family"] == "tinyenc"
+    script = subprocess.run([sys.executable, str(tmp_path / "torch" / f"trial-{number}.py")],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert script.returncode == 0 and "output (2, 10)" in script.stdout, script.stderr
+    # the dashboard: its data over the study, the app, the formats it offers for the family
+    from dashboard import create_app
+    from dashboard.app import _formats
+    from dashboard.data import load_study, open_readonly, study_info
+
+    engine = open_readonly(url)
+    data = load_study(engine, study_info(engine, "plugin-smoke"))
+    engine.dispose()
+    assert data is not None
+    assert create_app(url) is not None
+    assert _formats("tinyenc") == ["yaml", "json", "torch"]
