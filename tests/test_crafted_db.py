@@ -151,9 +151,11 @@ COMMANDS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
                       "{root}/out/torch", "--storage", "{db}"), True),
     ("export-pareto", ("export", STUDY, "--pareto", "--format", "json", "--out",
                        "{root}/out/pareto", "--storage", "{db}"), True),
-    ("resume", ("resume", STUDY, "--storage", "{db}"), False),
     # promote reads and plans from the source, then refuses the unknown task: never trains here
     ("promote", ("promote", STUDY, "--task", "no-such-task", "--storage", "{db}"), True),
+    # last: the one command that may write (a lease, its write-ahead log), so that every read
+    # above meets the database as another program left it
+    ("resume", ("resume", STUDY, "--storage", "{db}"), False),
 )
 
 #: Printed characters that could drive a terminal (line feeds are fine).
