@@ -395,7 +395,7 @@ class ArchConfig:
                               f"{list(registry.family_names())}.")
         family = data["family"]
         registry.get_family(family)  # ConfigError naming the families
-        from nas.presets import family_defaults  # presets are data built on this module
+        from nas._preset_table import family_defaults  # the rows, below the presets
 
         values = {**family_defaults(family), **data}
         extras = tuple(sorted((k, values.pop(k)) for k in extra if k in values))

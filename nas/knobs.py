@@ -242,7 +242,7 @@ def _default_text(knob: Knob) -> str:
                          for value, families in by_value.items())
     if knob.is_design_knob:
         return _text(knob.dense)
-    from nas.presets import family_defaults  # presets are configs: built on this module
+    from nas._preset_table import family_defaults  # the rows import the registry, on this
 
     if knob.kind == "family":
         return "-"

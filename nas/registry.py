@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from nas.errors import ConfigError
 from nas.knobs import FAMILY_NAMES, KNOBS, Knob
-from nas.tasks import TaskKind, get_geometry
+from nas.tasks import GEOMETRIES, TaskGeometry, TaskKind, get_geometry
 
 if TYPE_CHECKING:
     from nas.models.base import FamilyModel
@@ -31,6 +31,7 @@ __all__ = [
     "FAMILY_GROUP",
     "KNOB_GROUP",
     "FamilySpec",
+    "check_task_fits",
     "family_names",
     "get_family",
     "load_plugins",
@@ -297,3 +298,19 @@ def _restore(state: tuple[dict[str, FamilySpec], dict[str, Knob], dict[str, str]
     _FAILED.clear()
     _FAILED.update(state[2])
     _loaded = state[3]
+
+
+# ----------------------------------------------------------------------------- tasks
+def check_task_fits(family: str, task: TaskGeometry) -> None:
+    """Raise ``ConfigError`` when ``family`` cannot run on ``task``."""
+    need = get_family(family).kind
+    if need != task.kind:
+        fitting = sorted(n for n, g in GEOMETRIES.items() if g.kind == need)
+        raise ConfigError(
+            f"Task {task.name!r} is {_article(task.kind)} {task.kind} task, but family {family!r} "
+            f"needs {_article(need)} {need} task such as {fitting}."
+        )
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"

@@ -17,7 +17,6 @@ __all__ = [
     "GEOMETRY_LIMITS",
     "TaskGeometry",
     "TaskKind",
-    "check_task_fits",
     "get_geometry",
 ]
 
@@ -114,20 +113,3 @@ def get_geometry(name: str) -> TaskGeometry:
     if name not in GEOMETRIES:
         raise ConfigError(f"Unknown task {name!r}; cost geometries are {sorted(GEOMETRIES)}.")
     return GEOMETRIES[name]
-
-
-def check_task_fits(family: str, task: TaskGeometry) -> None:
-    """Raise ``ConfigError`` when ``family`` cannot run on ``task``."""
-    from nas.registry import get_family  # the registry reads geometries from here
-
-    need = get_family(family).kind
-    if need != task.kind:
-        fitting = sorted(n for n, g in GEOMETRIES.items() if g.kind == need)
-        raise ConfigError(
-            f"Task {task.name!r} is {_a(task.kind)} {task.kind} task, but family {family!r} "
-            f"needs {_a(need)} {need} task such as {fitting}."
-        )
-
-
-def _a(word: str) -> str:
-    return "an" if word[:1] in "aeiou" else "a"

@@ -14,16 +14,18 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from nas.errors import NasError
+from nas_cli._common import (
+    EVALUATOR_HELP,
+    format_agreement,
+    objective_value,
+    print_front,
+    refuse_memory_storage,
+)
 from studies.stored import InertStream, inert
 
 __all__ = ["main"]
 
 EXIT_USAGE = 2
-#: ``--evaluator`` of ``nas resume`` and ``nas promote``.
-EVALUATOR_HELP = (
-    "required when the study names its own evaluator, and equal to it: the database stores "
-    "it, and importing it runs code, so it runs only when you name it (nothing is imported "
-    "otherwise)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -125,35 +127,13 @@ def _resolve_study_file(path: str) -> str:
     return str(shipped) if shipped.exists() else path
 
 
-def _print_front(name: str, storage: str | None) -> None:
-    from studies import pareto_trials
-
-    front = pareto_trials(name, storage)
-    print(f"Pareto front of {name!r}: {len(front)} trials")
-    if not front:
-        return
-    names = list(front[0]["values"])
-    print("  trial  " + "  ".join(f"{n:>14}" for n in names) + "  arch_id")
-    for t in front:
-        vals = "  ".join(f"{_objective_value(n, v):>14}" for n, v in t["values"].items())
-        print(f"  {t['number']:>5}  {vals}  {t['arch_id']}")
-
-
-def _objective_value(name: str, value: float | None) -> str:
-    """One format per objective everywhere the CLI prints one: the metric and latency with 4
-    decimals, counts (params, MAdds) as integers with thousands separators."""
-    if value is None:
-        return "-"
-    return f"{value:,.4f}" if name in ("accuracy", "latency_ms") else f"{value:,.0f}"
-
-
 def _after_run(name: str, storage: str | None) -> None:
     import shlex
 
     from nas_cli.export_cmd import export_hint
     from studies import resolve_storage_url
 
-    _print_front(name, storage)
+    print_front(name, storage)
     _warn_at_chance(name, storage)
     url = resolve_storage_url(storage)
     print(f"\nOpen the dashboard: {shlex.join(['nas', 'dashboard', '--storage', url])}")
@@ -167,7 +147,7 @@ def _warn_at_chance(name: str, storage: str | None) -> None:
     status = study_status(name, storage)
     best, chance = status["best"].get("accuracy"), status["reference"].get("accuracy")
     if best is not None and chance is not None and best <= chance:
-        print(f"note: no trial beat chance accuracy ({_objective_value('accuracy', chance)} on "
+        print(f"note: no trial beat chance accuracy ({objective_value('accuracy', chance)} on "
               f"{status['task']!r}), so this front ranks nothing: the proxy trains too little. "
               "Raise fidelity.epochs (or smoke.steps) and run the study again.")
 
@@ -176,29 +156,12 @@ def _space_label(space: Any) -> str:
     return repr(space.get("name", "inline") if isinstance(space, dict) else space)
 
 
-def _refuse_memory_storage(storage: str | None) -> None:
-    """A study lives in its database: an in-memory one would be lost when the command ends."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    from studies import resolve_storage_url
-
-    url = resolve_storage_url(storage)
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        return  # open_storage says what is wrong with it
-    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
-        raise NasError(f"Storage {url!r} is an in-memory database: the study would be lost when "
-                       "the command ends; give a file, e.g. sqlite:///nas_studies.db.")
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
     from studies import create_study, load_study_spec, run_study
     from studies.engine import check_run, resolve_evaluator
 
     spec = load_study_spec(_resolve_study_file(args.study), name=args.name)
-    _refuse_memory_storage(args.storage)
+    refuse_memory_storage(args.storage)
     evaluator = resolve_evaluator(spec, stored=False)  # the study file's author's code
     # Everything the run would refuse (Ray, resources, evaluator, folders), before the study
     # is created; create_study checks the rest before it writes.
@@ -255,7 +218,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         return 0
     print(f"study {status['name']!r} on {status['task']!r}: {status['counted']}/"
           f"{status['budget']} trials counted, hypervolume {status['hypervolume']:.4f}")
-    reference = ", ".join(f"{n} {_objective_value(n, v)}"
+    reference = ", ".join(f"{n} {objective_value(n, v)}"
                           for n, v in status["reference"].items())
     notes = {"derived": "derived from its trials: the study predates stored references; "
                         "`nas resume` stores one",
@@ -269,7 +232,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if status["tune_dir"]:
         print(f"  Ray Tune folder of the latest run: {status['tune_dir']}")
     for o in status["objectives"]:
-        best = _objective_value(o["name"], status["best"][o["name"]])
+        best = objective_value(o["name"], status["best"][o["name"]])
         print(f"  best {o['name']} ({o['direction']}): {best}")
     _print_promotions(status)
     return 0
@@ -293,7 +256,6 @@ def _training_line(train: dict[str, Any], searched: dict[str, Any]) -> str:
 
 def _print_promotions(status: dict[str, Any]) -> None:
     """A promoted study's source and rank agreement; a source's promoted studies and theirs."""
-    from nas_cli.promote_cmd import format_agreement
 
     fidelity = status.get("fidelity")
     if status.get("promoted_from") and fidelity:
@@ -314,7 +276,7 @@ def _cmd_pareto(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(pareto_trials(args.name, args.storage)))
     else:
-        _print_front(args.name, args.storage)
+        print_front(args.name, args.storage)
     return 0
 
 

@@ -11,6 +11,13 @@ import argparse
 import sys
 from typing import Any
 
+from nas_cli._common import (
+    EVALUATOR_HELP,
+    format_agreement,
+    print_front,
+    refuse_memory_storage,
+)
+
 __all__ = ["format_agreement", "register"]
 
 _DESCRIPTION = """\
@@ -26,23 +33,13 @@ the same function: the database stores it, and importing it runs code. Everythin
 before anything is written."""
 
 
-def format_agreement(result: dict[str, Any]) -> str:
-    """One line: tau, rho and the number of pairs (``-`` where undefined)."""
-    def fmt(x: float | None) -> str:
-        return "-" if x is None else f"{x:+.3f}"
-
-    return (f"Kendall tau {fmt(result.get('kendall_tau'))}, Spearman rho "
-            f"{fmt(result.get('spearman_rho'))} over {result.get('pairs', 0)} pairs")
-
-
 def _run(args: argparse.Namespace) -> int:
-    from nas_cli.main import _print_front, _refuse_memory_storage
     from studies.cluster import check_ray_address
     from studies.engine import check_run, resolve_evaluator
     from studies.promote import DEFAULT_TOP, plan_promotion, promote, promoted_pairs
 
     check_ray_address(args.address)
-    _refuse_memory_storage(args.storage)
+    refuse_memory_storage(args.storage)
     top = DEFAULT_TOP if args.top is None else args.top
     plan = plan_promotion(args.name, args.storage, top=top, epochs=args.epochs,
                           task=args.task)
@@ -64,7 +61,7 @@ def _run(args: argparse.Namespace) -> int:
         print("  source trial  proxy accuracy  promoted accuracy")
         for row in sorted(pairs, key=lambda r: -r["proxy"]):
             print(f"  {row['source_trial']:>12}  {row['proxy']:>14.4f}  {row['promoted']:>17.4f}")
-    _print_front(spec.name, args.storage)
+    print_front(spec.name, args.storage)
     return 0
 
 
@@ -78,7 +75,6 @@ def _integer(text: str) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``promote`` to the ``nas`` subcommands (``subparsers`` from ``add_subparsers``)."""
-    from nas_cli.main import EVALUATOR_HELP
 
     p = subparsers.add_parser(
         "promote", help="retrain a study's front at a higher fidelity; rank agreement",

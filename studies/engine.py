@@ -49,6 +49,7 @@ from search_spaces import SearchSpace, load_space
 from studies._trials import Evaluator, StudyRun, base_settings, counted_trials, suggest
 from studies._tune import fit, run_folders, tune_callbacks
 from studies.cluster import HeadWatch, check_ray_address, check_resources, connect
+from studies.fidelity import record_fidelity
 from studies.folders import check_claims, claim
 from studies.keys import Status, StudyKey, TrialKey
 from studies.lease import Lease, StudyOwned, acquire, is_stale, read_owner
@@ -520,8 +521,10 @@ def load_existing(name: str, storage: optuna.storages.RDBStorage | str | None = 
 
     ``storage`` is an open storage, used as it is, or a URL (``None``: the default storage).
     A URL is opened read-only (``studies.storage.open_storage(url, read_only=True)``): reading a
-    study creates and writes nothing. ``write=True`` (``nas resume``) first checks read-only that
-    the study exists, so an unknown name still writes nothing, then opens the storage writable.
+    study creates and writes nothing. ``write=True`` first checks read-only that the study
+    exists, so an unknown name still writes nothing, then opens the storage writable; callers
+    read and check everything stored read-only before that (``prepare_resume``, ``nas promote``
+    through its plan), so a value that does not parse refuses with nothing written.
 
     Raises:
         UnknownStudyError: no study ``name`` there (the message lists the studies there).
@@ -538,10 +541,6 @@ def load_existing(name: str, storage: optuna.storages.RDBStorage | str | None = 
         names = study_names(url)
         if name not in names:
             raise UnknownStudyError(name, url, names)
-        if write:  # everything stored is read and parsed before the database is opened for
-            # writing: a value that does not parse, or a lease row no nas process wrote,
-            # refuses with the database and its folder as they were
-            read_owner(load_existing(name, url).storage.engine, name)
         storage = open_storage(url, read_only=not write)
     with session(storage.url):
         study, raw, trials = guarded(storage.engine, name, lambda: _read(storage, name))
@@ -705,8 +704,6 @@ def run_study(
         with HeadWatch(head_lost):
             halted = fit(run, ready.evaluator, ready.pool, deadline, bar, verbose)
         if run.study.user_attrs.get(StudyKey.PROMOTED_FROM):
-            from studies.promote import record_fidelity
-
             record_fidelity(run)
     if halted:
         raise NasError(halted)

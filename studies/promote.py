@@ -33,11 +33,11 @@ from optuna.trial import FrozenTrial, TrialState
 from nas.errors import ConfigError
 from nas.tasks import TaskGeometry
 from studies._trials import Evaluator, StudyRun
+from studies.fidelity import fidelity, rank_agreement, record_fidelity
 from studies.keys import StudyKey, TrialKey
 from studies.pareto import nondominated_mask, to_minimization
 from studies.spec import StudySpec
 from studies.storage import session
-from studies.stored import trial_attrs
 
 __all__ = ["DEFAULT_TOP", "EPOCH_FACTOR", "Plan", "fidelity", "plan_promotion", "promote",
            "promoted_pairs", "rank_agreement", "record_fidelity", "select_trials"]
@@ -46,23 +46,6 @@ __all__ = ["DEFAULT_TOP", "EPOCH_FACTOR", "Plan", "fidelity", "plan_promotion", 
 DEFAULT_TOP = 8
 #: The promoted epochs, as a multiple of the study's, unless ``epochs`` says.
 EPOCH_FACTOR = 4
-
-
-def rank_agreement(proxy: Sequence[float], promoted: Sequence[float]) -> tuple[
-    float | None, float | None
-]:
-    """Kendall's tau-b and Spearman's rho between two rankings (``None`` where undefined: fewer
-    than two pairs, or one side constant)."""
-    from scipy.stats import kendalltau, spearmanr
-
-    if len(proxy) != len(promoted):
-        raise ValueError(f"Pairs need two sides of one length, but got {len(proxy)} and "
-                         f"{len(promoted)}.")
-    if len(proxy) < 2 or len(set(proxy)) < 2 or len(set(promoted)) < 2:
-        return None, None
-    tau = float(kendalltau(proxy, promoted).statistic)
-    rho = float(spearmanr(proxy, promoted).statistic)
-    return (tau if np.isfinite(tau) else None), (rho if np.isfinite(rho) else None)
 
 
 def _spread(trials: list[FrozenTrial], k: int, accuracy: int) -> list[FrozenTrial]:
@@ -92,25 +75,6 @@ def select_trials(trials: Sequence[FrozenTrial], directions: Sequence[str], accu
     front = [t for t, m in zip(distinct, mask, strict=True) if m]
     dominated = [t for t, m in zip(distinct, mask, strict=True) if not m]
     return _spread(front, top, accuracy), _spread(dominated, top, accuracy)
-
-
-def fidelity(trials: Sequence[FrozenTrial], objective_names: Sequence[str], *, epochs: int,
-             task: str, proxy_epochs: int | None = None, study: str = "") -> dict[str, Any]:
-    """The rank agreement of a promoted study's completed trials (``StudyKey.FIDELITY``);
-    ``study`` names the study in the error about a stored value that does not parse."""
-    names = list(objective_names)
-    pairs: list[tuple[float, float]] = []
-    if "accuracy" in names:  # a study promote made has one; a foreign one may not
-        accuracy = names.index("accuracy")
-        for t in trials:
-            if t.state != TrialState.COMPLETE or t.values is None:
-                continue
-            proxy = trial_attrs(study, t.number, t.user_attrs).source_value
-            if proxy is not None:
-                pairs.append((proxy, float(t.values[accuracy])))
-    tau, rho = rank_agreement([p for p, _ in pairs], [q for _, q in pairs])
-    return {"kendall_tau": tau, "spearman_rho": rho, "pairs": len(pairs), "epochs": epochs,
-            "task": task, "proxy_epochs": proxy_epochs}
 
 
 @dataclass(frozen=True)
@@ -228,18 +192,6 @@ def promote(plan: Plan, *, address: str | None = None, progress: bool = True,
     run_study(run, address=address, progress=progress, evaluator=evaluator, geometry=geometry,
               verbose=verbose)  # stores the fidelity at its end (record_fidelity)
     return {"name": spec.name, **run.study.user_attrs[StudyKey.FIDELITY]}
-
-
-def record_fidelity(run: StudyRun) -> None:
-    """Store the rank agreement of a promoted study's trials as they stand (``run_study`` calls
-    it when a promoted study's run ends, so a resumed promotion updates it too)."""
-    with session(run.storage.url):
-        stored = run.study.user_attrs.get(StudyKey.FIDELITY) or {}
-        trials = run.study.get_trials(deepcopy=False)
-        result = fidelity(trials, run.spec.objective_names, epochs=run.spec.fidelity.epochs,
-                          task=run.spec.task, proxy_epochs=stored.get("proxy_epochs"),
-                          study=run.spec.name)
-        run.study.set_user_attr(StudyKey.FIDELITY, result)
 
 
 def promoted_pairs(name: str, storage: optuna.storages.RDBStorage) -> list[dict[str, Any]]:

@@ -112,7 +112,7 @@ def _trials(run: StudyRun) -> list[optuna.trial.FrozenTrial]:
 def _fidelity(attrs: StudyAttrs, trials: list[optuna.trial.FrozenTrial]) -> dict[str, Any]:
     """A promoted study's rank agreement, from its trials as they stand (a run cut short and
     resumed included)."""
-    from studies.promote import fidelity
+    from studies.fidelity import fidelity
 
     spec = attrs.require_spec()
     proxy_epochs = (attrs.fidelity or {}).get("proxy_epochs")

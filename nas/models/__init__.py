@@ -9,7 +9,8 @@ from nas import registry
 from nas.config import ArchConfig
 from nas.config import drop_rate as family_drop_rate
 from nas.models.base import FamilyModel
-from nas.tasks import TaskGeometry, check_task_fits, get_geometry
+from nas.registry import check_task_fits
+from nas.tasks import TaskGeometry, get_geometry
 
 __all__ = ["FamilyModel", "create_model", "resolve_task"]
 

@@ -1,0 +1,65 @@
+"""What several ``nas`` subcommands print or check alike (below ``nas_cli.main`` and the
+subcommand modules, which all import it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nas.errors import NasError
+
+__all__ = ["EVALUATOR_HELP", "format_agreement", "objective_value", "print_front",
+           "refuse_memory_storage"]
+
+#: ``--evaluator`` of ``nas resume`` and ``nas promote``.
+EVALUATOR_HELP = (
+    "required when the study names its own evaluator, and equal to it: the database stores "
+    "it, and importing it runs code, so it runs only when you name it (nothing is imported "
+    "otherwise)")
+
+
+def print_front(name: str, storage: str | None) -> None:
+    from studies import pareto_trials
+
+    front = pareto_trials(name, storage)
+    print(f"Pareto front of {name!r}: {len(front)} trials")
+    if not front:
+        return
+    names = list(front[0]["values"])
+    print("  trial  " + "  ".join(f"{n:>14}" for n in names) + "  arch_id")
+    for t in front:
+        vals = "  ".join(f"{objective_value(n, v):>14}" for n, v in t["values"].items())
+        print(f"  {t['number']:>5}  {vals}  {t['arch_id']}")
+
+
+def objective_value(name: str, value: float | None) -> str:
+    """One format per objective everywhere the CLI prints one: the metric and latency with 4
+    decimals, counts (params, MAdds) as integers with thousands separators."""
+    if value is None:
+        return "-"
+    return f"{value:,.4f}" if name in ("accuracy", "latency_ms") else f"{value:,.0f}"
+
+
+def refuse_memory_storage(storage: str | None) -> None:
+    """A study lives in its database: an in-memory one would be lost when the command ends."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from studies import resolve_storage_url
+
+    url = resolve_storage_url(storage)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return  # open_storage says what is wrong with it
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise NasError(f"Storage {url!r} is an in-memory database: the study would be lost when "
+                       "the command ends; give a file, e.g. sqlite:///nas_studies.db.")
+
+
+def format_agreement(result: dict[str, Any]) -> str:
+    """One line: tau, rho and the number of pairs (``-`` where undefined)."""
+    def fmt(x: float | None) -> str:
+        return "-" if x is None else f"{x:+.3f}"
+
+    return (f"Kendall tau {fmt(result.get('kendall_tau'))}, Spearman rho "
+            f"{fmt(result.get('spearman_rho'))} over {result.get('pairs', 0)} pairs")

@@ -1,0 +1,68 @@
+"""A promoted study's rank agreement with its proxy study (``StudyKey.FIDELITY``).
+
+Below both the engine, which stores it when a promoted study's run ends, and ``studies.promote``,
+which creates promoted studies: neither imports the other for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from optuna.trial import FrozenTrial, TrialState
+
+from studies._trials import StudyRun
+from studies.keys import StudyKey
+from studies.storage import session
+from studies.stored import trial_attrs
+
+__all__ = ["fidelity", "rank_agreement", "record_fidelity"]
+
+
+def rank_agreement(proxy: Sequence[float], promoted: Sequence[float]) -> tuple[
+    float | None, float | None
+]:
+    """Kendall's tau-b and Spearman's rho between two rankings (``None`` where undefined: fewer
+    than two pairs, or one side constant)."""
+    from scipy.stats import kendalltau, spearmanr
+
+    if len(proxy) != len(promoted):
+        raise ValueError(f"Pairs need two sides of one length, but got {len(proxy)} and "
+                         f"{len(promoted)}.")
+    if len(proxy) < 2 or len(set(proxy)) < 2 or len(set(promoted)) < 2:
+        return None, None
+    tau = float(kendalltau(proxy, promoted).statistic)
+    rho = float(spearmanr(proxy, promoted).statistic)
+    return (tau if np.isfinite(tau) else None), (rho if np.isfinite(rho) else None)
+
+
+def fidelity(trials: Sequence[FrozenTrial], objective_names: Sequence[str], *, epochs: int,
+             task: str, proxy_epochs: int | None = None, study: str = "") -> dict[str, Any]:
+    """The rank agreement of a promoted study's completed trials (``StudyKey.FIDELITY``);
+    ``study`` names the study in the error about a stored value that does not parse."""
+    names = list(objective_names)
+    pairs: list[tuple[float, float]] = []
+    if "accuracy" in names:  # a study promote made has one; a foreign one may not
+        accuracy = names.index("accuracy")
+        for t in trials:
+            if t.state != TrialState.COMPLETE or t.values is None:
+                continue
+            proxy = trial_attrs(study, t.number, t.user_attrs).source_value
+            if proxy is not None:
+                pairs.append((proxy, float(t.values[accuracy])))
+    tau, rho = rank_agreement([p for p, _ in pairs], [q for _, q in pairs])
+    return {"kendall_tau": tau, "spearman_rho": rho, "pairs": len(pairs), "epochs": epochs,
+            "task": task, "proxy_epochs": proxy_epochs}
+
+
+def record_fidelity(run: StudyRun) -> None:
+    """Store the rank agreement of a promoted study's trials as they stand (``run_study`` calls
+    it when a promoted study's run ends, so a resumed promotion updates it too)."""
+    with session(run.storage.url):
+        stored = run.study.user_attrs.get(StudyKey.FIDELITY) or {}
+        trials = run.study.get_trials(deepcopy=False)
+        result = fidelity(trials, run.spec.objective_names, epochs=run.spec.fidelity.epochs,
+                          task=run.spec.task, proxy_epochs=stored.get("proxy_epochs"),
+                          study=run.spec.name)
+        run.study.set_user_attr(StudyKey.FIDELITY, result)
