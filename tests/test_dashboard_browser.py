@@ -34,7 +34,10 @@ from studies import StudySpec, create_study, run_study
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed "
                                 "(pip install selenium; the test extra has it)")
-from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    NoAlertPresentException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
@@ -129,6 +132,22 @@ def _wait(predicate: Callable[[], Any], what: str, timeout: float = 45.0) -> Any
     raise AssertionError(f"timed out waiting for {what} (last error: {last!r})")
 
 
+def _read(read: Callable[[], Any], timeout: float = 45.0) -> Any:
+    """``read()``, again while Dash re-renders the element under it (a stale reference)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return read()
+        except StaleElementReferenceException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _text(browser: Any, by: str, value: str) -> str:
+    return str(_read(lambda: browser.find_element(by, value).text))
+
+
 def _shot(driver: Any, name: str, height: int | None = None) -> Path:
     SHOTS.mkdir(parents=True, exist_ok=True)
     if height is not None:
@@ -186,7 +205,7 @@ def test_study_page_front_click_and_download(browser: Any, server: str, study_ur
 
     browser.get(server + "/")
     _wait(lambda: NAME in browser.find_element(By.ID, "studies-list").text, "the studies list")
-    assert EVIL in browser.find_element(By.ID, "studies-list").text
+    assert EVIL in _text(browser, By.ID, "studies-list")
     _shot(browser, "01-studies.png")
 
     browser.get(server + _study_path(NAME))
@@ -216,7 +235,7 @@ def test_study_page_front_click_and_download(browser: Any, server: str, study_ur
     assert browser.execute_script("return window.__probe") == "same page"
     _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "#trial-curves .scatterlayer .trace"),
           "the epoch curves")
-    assert "backbone" in browser.find_element(By.ID, "trial-cost").text
+    assert "backbone" in _text(browser, By.ID, "trial-cost")
     _shot(browser, "03-trial.png", height=2000)
 
     # The yaml export downloads a config that builds this trial's architecture.
@@ -287,9 +306,8 @@ def test_live_refresh_while_the_database_is_written(browser: Any, server: str,
 
 
 def _rows(browser: Any, column: str) -> list[str]:
-    cells = browser.find_elements(By.CSS_SELECTOR,
-                                  f'#trial-table td[data-dash-column="{column}"]')
-    return [c.text for c in cells]
+    return list(_read(lambda: [c.text for c in browser.find_elements(
+        By.CSS_SELECTOR, f'#trial-table td[data-dash-column="{column}"]')]))
 
 
 def test_text_filter_keeps_the_rows_that_contain_it(browser: Any, server: str,
@@ -441,17 +459,17 @@ def test_one_name_per_trial_state(browser: Any, server: str, study_url: str) -> 
         _wait(lambda ready=ready: browser.find_elements(By.CSS_SELECTOR, f"#{ready} td"), path)
         if ready == "trial-table":
             _wait(lambda: browser.find_element(By.ID, "summary-table").text, "the summary")
-        page = browser.find_element(By.TAG_NAME, "main").text
+        page = _text(browser, By.TAG_NAME, "main")
         assert not _STATE_WORDS.findall(page), (path, _STATE_WORDS.findall(page))
         if status is not None:
-            assert f"status {status}" in browser.find_element(By.ID, "trial-state").text
+            assert f"status {status}" in _text(browser, By.ID, "trial-state")
 
 
 def test_numbers_and_headers_read_one_way(browser: Any, server: str, study_url: str) -> None:
     browser.get(server + _study_path(NAME))
     _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "#trial-table td"), "the trial table")
-    headers = [h.text for h in browser.find_elements(By.CSS_SELECTOR,
-                                                     "#trial-table th.dash-header")]
+    headers = _read(lambda: [h.text for h in browser.find_elements(
+        By.CSS_SELECTOR, "#trial-table th.dash-header")])
     assert not [h for h in headers if "_" in h or "." in h], headers
     suffixed = re.compile(r"^\d{1,3}(\.\d+)?[kMG]?$")
     for column in ("params", "madds"):
@@ -459,7 +477,7 @@ def test_numbers_and_headers_read_one_way(browser: Any, server: str, study_url: 
         assert cells and all(suffixed.match(c) for c in cells), (column, cells)
     accuracy = [c for c in _rows(browser, "accuracy") if c]
     assert accuracy and all(re.fullmatch(r"0\.\d{4}", c) for c in accuracy), accuracy
-    summary = browser.find_element(By.ID, "summary-table").text
+    summary = _text(browser, By.ID, "summary-table")
     assert re.search(r"params \d{1,3}(\.\d+)?[kMG]", summary), summary
     assert re.search(r"accuracy 0\.\d{4}\b", summary), summary
 
@@ -495,7 +513,7 @@ def test_the_front_draws_first_and_each_view_when_opened(browser: Any, server: s
         if label in ("Timeline", "Learning curves"):
             seen[label] = browser.execute_script(_FIGURE, box)
         if label == "Importance":  # over so few trials it says it is unreliable, on the figure
-            title = browser.find_element(By.CSS_SELECTOR, "#importance .gtitle").text
+            title = _text(browser, By.CSS_SELECTOR, "#importance .gtitle")
             assert f"only {len(completed)} completed trials" in title
     # The timeline has a bar per started trial; the curves show the stopped trials too.
     assert sum(t["n"] for t in seen["Timeline"]["traces"]) == sum(
@@ -541,7 +559,8 @@ def test_linked_selection_from_table_front_and_axes(browser: Any, server: str, s
         tick(number)
     _wait(lambda: browser.execute_script(_FRONT_SELECTED) == chosen,
           f"the front to highlight trials {chosen}")
-    assert browser.find_element(By.ID, "selection-note").text == "2 trials selected"
+    _wait(lambda: _text(browser, By.ID, "selection-note") == "2 trials selected",
+          "the note to say 2 trials selected")
 
     for old in downloads.glob("*-selected.csv"):
         old.unlink()
@@ -575,7 +594,8 @@ def test_linked_selection_from_table_front_and_axes(browser: Any, server: str, s
                        [0]);""", low)
     _wait(lambda: browser.execute_script(_FRONT_SELECTED) == inside,
           f"the front to highlight trials {inside}")
-    assert browser.find_element(By.ID, "selection-note").text.startswith(f"{len(inside)} trial")
+    _wait(lambda: _text(browser, By.ID, "selection-note").startswith(f"{len(inside)} trial"),
+          f"the note to say {len(inside)} trials selected")
     browser.find_element(By.ID, "selection-clear").click()
     _wait(lambda: browser.find_element(By.ID, "selection-note").text == "no trials selected",
           "the selection to clear")
@@ -694,10 +714,11 @@ def test_values_another_tool_wrote_show_as_one_line(browser: Any, server: str,
                      "WHERE study_name = ?)", ("{'oops" + EVIL, odd))
     try:
         browser.get(server + "/")
-        cell = _wait(lambda: browser.find_element(By.CSS_SELECTOR, "#studies-list .unreadable"),
-                     "the unreadable study's mark")
-        assert "`nas.spec`" in cell.text and f"study '{bad}'" in cell.text
-        listed = browser.find_element(By.ID, "studies-list").text
+        _wait(lambda: browser.find_element(By.CSS_SELECTOR, "#studies-list .unreadable"),
+              "the unreadable study's mark")
+        mark = _text(browser, By.CSS_SELECTOR, "#studies-list .unreadable")
+        assert "`nas.spec`" in mark and f"study '{bad}'" in mark
+        listed = _text(browser, By.ID, "studies-list")
         assert NAME in listed and odd in listed and EVIL in listed
         _shot(browser, "13-unreadable-listed.png")
 
