@@ -180,10 +180,15 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     # Checked before the database is opened for writing: unknown study, unvouched evaluator,
     # a name that cannot name folders, another owner, everything the run would refuse.
     run, evaluator = prepare_resume(args.name, args.storage, vouched=args.evaluator,
-                                    address=args.address)
+                                    address=args.address, trials=args.trials,
+                                    timeout_minutes=args.timeout_minutes)
     budget = run.spec.budget.trials
+    before = run.attrs.spec.budget if run.attrs is not None and run.attrs.spec else None
 
     def announce(counted: int) -> None:
+        if before is not None and before != run.spec.budget:
+            print(f"study {args.name!r}: budget {_budget_label(before)} -> "
+                  f"{_budget_label(run.spec.budget)} (stored)", file=sys.stderr)
         if counted >= budget:
             print(f"study {args.name!r}: the budget is spent ({counted} of {budget} trials); "
                   "nothing to run.", file=sys.stderr)
@@ -195,6 +200,11 @@ def _cmd_resume(args: argparse.Namespace) -> int:
               on_start=announce)
     _after_run(args.name, args.storage)
     return 0
+
+
+def _budget_label(budget: Any) -> str:
+    minutes = budget.timeout_minutes
+    return f"{budget.trials} trials" + (f", {minutes:g} minutes per run" if minutes else "")
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -344,9 +354,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "resume", help="continue a study from the database alone",
         description="Continue study NAME from the database alone: trials a crashed run left "
-        "running are closed and run again, until the budget is spent. Everything is checked "
+        "running are closed and run again, until the budget is spent. --trials and "
+        "--timeout-minutes grow the budget (stored in the study). Everything is checked "
         "before the database is written.")
     p.add_argument("name", metavar="NAME")
+    p.add_argument("--trials", type=int, default=None, metavar="N",
+                   help="a new total trial budget (counted trials, as the study key "
+                   "budget.trials); refused if fewer than the trials already counted")
+    p.add_argument("--timeout-minutes", type=float, default=None, metavar="M",
+                   help="a new wall-clock limit of each run, this one and later resumes (as "
+                   "Optuna's timeout limits each optimize call)")
     p.add_argument("--storage", default=None, help=storage_help)
     p.add_argument("--address", default=None, help="an existing Ray cluster (e.g. auto)")
     p.add_argument("--evaluator", default=None, metavar="MODULE:FUNCTION",

@@ -34,7 +34,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -498,6 +498,16 @@ def _store_reference(run: StudyRun) -> None:
           "its trials.", file=sys.stderr)
 
 
+def _store_budget(run: StudyRun) -> None:
+    """Store the budget of a resume that grows the study (``prepare_resume``): the spec is
+    stored again with it, so ``nas status`` and later resumes keep it."""
+    stored = run.attrs.spec if run.attrs is not None else None
+    if stored is None or stored.budget == run.spec.budget:
+        return
+    with session(run.storage.url):
+        run.study.set_user_attr(StudyKey.SPEC, run.spec.to_dict())
+
+
 def _enqueue_params(space: SearchSpace, item: Any,
                     train: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The trial parameters of an enqueued architecture; a searched training setting takes the
@@ -617,20 +627,33 @@ def _prepare(run: StudyRun, *, address: str | None, evaluator: Evaluator | None,
 
 
 def prepare_resume(name: str, storage: str | None = None, *, vouched: str | None = None,
-                   address: str | None = None) -> tuple[StudyRun, Evaluator | None]:
+                   address: str | None = None, trials: int | None = None,
+                   timeout_minutes: float | None = None) -> tuple[StudyRun, Evaluator | None]:
     """``nas resume``: study ``name`` read and checked as :func:`run_study` checks it (its
     stored evaluator ``vouched`` for, see :func:`resolve_evaluator`) before the database is
     opened for writing, then opened for writing. Returns the run and the evaluator to pass to
     :func:`run_study`.
 
+    ``trials`` (a new total) and ``timeout_minutes`` (a new limit of each run) grow the study's
+    budget (``Budget.grown``): the returned run carries it, and :func:`run_study` stores it in
+    the study's spec once the study is its own.
+
     Raises:
-        UnknownStudyError, StoredValueError, StudyOwned, ConfigError: nothing written.
+        UnknownStudyError, StoredValueError, StudyOwned, ConfigError: nothing written (a total
+            below the trials already counted is a ConfigError).
     """
     check_ray_address(address)
     stored = load_existing(name, storage)  # read-only
+    budget = stored.spec.budget
+    if trials is not None or timeout_minutes is not None:
+        with session(stored.storage.url):
+            counted = counted_trials(stored.study.get_trials(deepcopy=False))
+        budget = budget.grown(counted=counted, trials=trials, timeout_minutes=timeout_minutes)
+        stored.spec = replace(stored.spec, budget=budget)
     evaluator = resolve_evaluator(stored.spec, stored=True, vouched=vouched)
     ready = _prepare(stored, address=address, evaluator=evaluator, geometry=None)
     run = load_existing(name, storage, write=True)
+    run.spec = replace(run.spec, budget=budget)
     if ready is not None:
         run.geometry = ready.geometry  # a task built to find it is not built again
     return run, evaluator
@@ -672,6 +695,7 @@ def run_study(
     ready = _prepare(run, address=address, evaluator=evaluator, geometry=geometry)
     lease: Lease = acquire(run.storage.engine, spec.name, stale_after=LEASE_STALE_AFTER)
     with lease:  # renewed by a heartbeat thread while the run lives, released at the end
+        _store_budget(run)
         close_interrupted(run)
         with session(run.storage.url):
             counted = counted_trials(run.study.get_trials(deepcopy=False))

@@ -72,8 +72,39 @@ class Objective:
 
 @dataclass(frozen=True)
 class Budget:
+    """``trials``: the total of counted trials; ``timeout_minutes``: the wall-clock limit of
+    each run (``nas run``, and each ``nas resume``), as Optuna's ``timeout`` limits each
+    ``optimize`` call."""
+
     trials: int
     timeout_minutes: float | None = None
+
+    def grown(self, *, counted: int, trials: int | None = None,
+              timeout_minutes: float | None = None) -> Budget:
+        """This budget with a new total of ``trials`` and/or a new ``timeout_minutes`` (``nas
+        resume --trials N --timeout-minutes M``), for a study that has ``counted`` trials.
+
+        Raises:
+            ConfigError: a total below ``counted`` (the message names both numbers), or a value
+                outside the bounds a study file has.
+        """
+        if trials is not None:
+            if isinstance(trials, bool) or not isinstance(trials, int) or not (
+                    1 <= trials <= _MAX_TRIALS):
+                raise ConfigError(f"--trials must be an integer from 1 to {_MAX_TRIALS}, but "
+                                  f"got {trials!r}.")
+            if trials < counted:
+                raise ConfigError(
+                    f"--trials {trials} is fewer than the {counted} trials the study has already "
+                    f"counted; --trials is the new total budget: pass {counted} or more.")
+        if timeout_minutes is not None and not (
+                isinstance(timeout_minutes, (int, float)) and not isinstance(timeout_minutes, bool)
+                and 0 < timeout_minutes <= _MAX_MINUTES):
+            raise ConfigError(f"--timeout-minutes must be a number of minutes above 0 and at "
+                              f"most {_MAX_MINUTES:g}, but got {timeout_minutes!r}.")
+        return Budget(trials=self.trials if trials is None else trials,
+                      timeout_minutes=(self.timeout_minutes if timeout_minutes is None
+                                       else float(timeout_minutes)))
 
 
 @dataclass(frozen=True)

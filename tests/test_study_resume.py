@@ -20,7 +20,10 @@ import pytest
 import study_helpers as h
 from optuna.trial import TrialState
 
-from studies import counted_trials
+from nas_cli.main import main as nas_main
+from studies import StudySpec, counted_trials, create_study, run_study
+
+ray_local = h.ray_local
 
 BUDGET = 8
 # 4 networks x 2 learning rates: re-sampling is likely (reuse), 8 results at most.
@@ -134,3 +137,68 @@ def test_sigkill_then_resume(tmp_path) -> None:
     assert json.loads(subprocess.run(
         [*h.NAS, "status", "killed", "--storage", url, "--json"], env=env, capture_output=True,
         text=True, timeout=120).stdout)["counted"] == BUDGET
+
+
+# ----------------------------------------------------------------------------- a study that grows
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def _stored_budget(url: str, name: str) -> dict[str, object]:
+    study = optuna.load_study(study_name=name, storage=url)
+    budget: dict[str, object] = study.user_attrs["nas.spec"]["budget"]
+    return budget
+
+
+def _resume(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    capsys.readouterr()
+    code = nas_main(["resume", *argv])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.timeout(300)
+def test_a_study_that_ended_on_its_budget_grows(tmp_path: Path, ray_local: None,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    spec = StudySpec.from_dict(h.study_dict("grow", budget={"trials": 3},
+                                            evaluator="study_helpers:instant",
+                                            tune={"storage_path": str(tmp_path / "tune")}))
+    run_study(create_study(spec, url, geometry=h.GEOMETRY), progress=False,
+              evaluator=h.instant)
+    assert counted_trials(h.load(url, "grow")) == 3
+    vouch = ["--evaluator", "study_helpers:instant", "--storage", url]
+
+    # Spent: a plain resume runs nothing.
+    code, err = _resume(["grow", *vouch], capsys)
+    assert code == 0 and "the budget is spent (3 of 3 trials)" in err
+    assert counted_trials(h.load(url, "grow")) == 3
+
+    code, err = _resume(["grow", "--trials", "5", "--timeout-minutes", "30", *vouch], capsys)
+    assert code == 0, err
+    assert "budget 3 trials -> 5 trials, 30 minutes per run" in err
+    assert "resuming at 3 of 5 trials" in err
+    assert counted_trials(h.load(url, "grow")) == 5
+    assert _stored_budget(url, "grow") == {"trials": 5, "timeout_minutes": 30.0}
+    assert nas_main(["status", "grow", "--storage", url, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert (status["counted"], status["budget"]) == (5, 5)
+
+    # A later resume keeps the stored budget: nothing left to run.
+    code, err = _resume(["grow", *vouch], capsys)
+    assert code == 0 and "the budget is spent (5 of 5 trials)" in err
+
+    # Fewer than counted, or a timeout that is no limit: one line, exit 2, nothing written.
+    before = _files(tmp_path)
+    for flags, fragments in [(["--trials", "4"], ["--trials 4", "5 trials"]),
+                             (["--trials", "0"], ["--trials", "0"]),
+                             (["--trials", "6", "--timeout-minutes", "0"],
+                              ["--timeout-minutes", "0"]),
+                             (["--timeout-minutes", "nan"], ["--timeout-minutes", "nan"])]:
+        code, err = _resume(["grow", *flags, *vouch], capsys)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1, err
+        assert all(f in lines[0] for f in fragments), lines[0]
+    assert _files(tmp_path) == before
+    assert _stored_budget(url, "grow") == {"trials": 5, "timeout_minutes": 30.0}
+    assert counted_trials(h.load(url, "grow")) == 5
