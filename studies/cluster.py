@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 from nas.errors import ConfigError, NasError
+from studies._ray_auth import check_ray_token, token_error
 from studies.spec import Resources
 
 __all__ = ["RESOURCE_SCALING", "HeadWatch", "check_ray_address", "check_resources", "connect"]
@@ -59,10 +60,12 @@ def check_resources(resources: Resources) -> None:
 
 def _init(address: str | None) -> None:
     import ray
+    from ray.exceptions import AuthenticationError
 
     check_ray_address(address)
     if ray.is_initialized():
         return
+    check_ray_token(address)  # Ray would retry a refused token for 20 s, a warning a second
     try:
         if address:
             ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
@@ -71,6 +74,8 @@ def _init(address: str | None) -> None:
             # (plain ray.init() would join it); --address joins a cluster on purpose.
             ray.init(address="local", include_dashboard=False, logging_level=logging.ERROR,
                      log_to_driver=False, num_cpus=os.cpu_count())
+    except AuthenticationError:  # token mode on here, but no token to be found
+        raise token_error(address or "local") from None
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise NasError(f"Cannot reach the Ray cluster at {address!r}: {first}") from None
