@@ -672,8 +672,9 @@ def run_study(
     """Run ``run`` until its trial budget is spent or its timeout passes.
 
     Everything the run would refuse is checked first, writing nothing (:func:`check_run`;
-    another live owner: ``StudyOwned``). The study's lease is then taken, and trials a crashed
-    run left RUNNING are closed and enqueued again. ``evaluator`` replaces the training function
+    another live owner: ``StudyOwned``). The study's lease is then taken, a budget that
+    :func:`prepare_resume` grew is stored, and trials a crashed run left RUNNING are closed and
+    enqueued again. ``evaluator`` replaces the training function
     on the workers (tests, benchmarks; a study file's ``evaluator`` key does the same). A study
     read from the database (``load_existing``) runs its stored evaluator only when the caller
     passes it (see :func:`resolve_evaluator`, :func:`prepare_resume`). ``geometry`` is then the
