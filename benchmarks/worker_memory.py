@@ -33,7 +33,8 @@ SPACE: dict[str, Any] = {
     "name": "tiny",
     "base": {"family": "vit", "d_model": 32, "d_ff": 64, "heads": 2, "encoder_layers": 2,
              "patch_size": 8},
-    "arch": {"groups": {"choices": [1, 2]}, "group_ffn": {"choices": [False, True]}},
+    "arch": {"groups": {"choices": [1, 2]}, "group_ffn": {"choices": [False, True]},
+             "attention_sharing": {"choices": ["none", "kv"]}},
 }
 LOG = "NAS_WORKER_MEMORY_LOG"
 
