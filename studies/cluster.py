@@ -186,9 +186,10 @@ class TrialResources:
         if self.resources.gpu > 0 or not isinstance(arch, Mapping):
             return 0
         from nas.config import ArchConfig
+        from trainers import TrainConfig  # its defaults: a setting the trial leaves out
 
-        batch = settings.get("batch_size", 64)
-        evals = settings.get("eval_batch_size", 256)
+        batch = settings.get("batch_size", TrainConfig.batch_size)
+        evals = settings.get("eval_batch_size", TrainConfig.eval_batch_size)
         try:
             arch_config = ArchConfig.from_dict(dict(arch))
         except (ConfigError, TypeError, ValueError):
