@@ -36,7 +36,7 @@ from studies.cluster import (
 from studies.spec import Resources
 from studies.worker import evaluate_trial
 from trainers import TrainConfig, get_task
-from trainers.devices import GpuUnavailable, Placement, gpu_budget, trial_device
+from trainers.devices import GpuUnavailable, Placement, gpu_budget, probe_cuda, trial_device
 from trainers.loop import check_gpu_share
 
 BASE = h.SMALL_SPACE["base"]
@@ -71,6 +71,16 @@ def test_a_gpu_that_cuda_cannot_use_fails_with_the_reason() -> None:
         trial_device("cuda:1", placement, probe=lambda: None)
     with pytest.raises(GpuUnavailable, match="cuda:1"):  # CUDA sees fewer than Ray assigned
         trial_device("cuda:1", Placement(("0", "1")), probe=lambda: None, device_count=lambda: 1)
+
+
+def test_the_cuda_probe_names_why_cuda_cannot_be_used() -> None:
+    import torch
+
+    why = probe_cuda()
+    if torch.cuda.is_available():
+        assert why is None
+    else:
+        assert isinstance(why, str) and why and "\n" not in why
 
 
 def test_placement_from_ray() -> None:
