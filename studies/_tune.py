@@ -1,7 +1,8 @@
 """One run of a study as a Ray Tune experiment: the Tuner, its loggers, its folder.
 
 ``fit`` builds the ``ray.tune.Tuner`` that ``studies.engine.run_study`` runs: the function
-trainable of ``studies.worker`` with the study's resources, ``StudySearcher`` behind Tune's
+trainable of ``studies.worker`` with the study's resources and each trial's memory
+(``studies.cluster.TrialResources``), ``StudySearcher`` behind Tune's
 ``ConcurrencyLimiter``, ``MultiObjectiveASHA`` when the study stops early, the logger callbacks
 of the study key ``tune`` and a ``FaultStopper``. A fault outside the study (the database or the
 disk, Ray going away under Tune) ends the run as ``RunAborted`` with its trials closed.
@@ -26,8 +27,9 @@ from studies.storage import session
 
 if TYPE_CHECKING:  # Ray Tune is imported when a study runs, not by `nas status`
     from studies.asha import Rungs
+    from studies.cluster import TrialResources
 
-__all__ = ["fit", "run_folders", "tune_callbacks", "tune_storage_path"]
+__all__ = ["fit", "run_folders", "trial_resources", "tune_callbacks", "tune_storage_path"]
 
 
 def tune_callbacks(spec: StudySpec) -> list[Any]:
@@ -138,8 +140,9 @@ def fit(run: StudyRun, evaluator: Evaluator | None, pool: int, deadline: float,
                              progress=progress)
     blob = cloudpickle.dumps(evaluator) if evaluator is not None else None
     function = tune.with_parameters(trainable, evaluator=blob,
-                                    threads=max(1, int(spec.resources.cpu)))
-    resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
+                                    threads=max(1, int(spec.resources.cpu)),
+                                    gpu=spec.resources.gpu)
+    resources, pool = trial_resources(run, evaluator, pool)
     storage_path = tune_storage_path(spec)
     name = "tune-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
     with session(run.storage.url):
@@ -173,6 +176,28 @@ def fit(run: StudyRun, evaluator: Evaluator | None, pool: int, deadline: float,
                          f"as interrupted (where the database could still be written); continue "
                          f"with `nas resume {spec.name}`.") from error
     return searcher.halted
+
+
+def trial_resources(run: StudyRun, evaluator: Evaluator | None,
+                    pool: int) -> tuple[TrialResources, int]:
+    """Each trial's request (``studies.cluster.TrialResources``) and the pool of trials run at
+    once, lowered to what the cluster's memory holds at the trial process's baseline: the
+    built-in trainer's (torch imported) without ``evaluator``, else the light one."""
+    import ray
+
+    from studies.cluster import (
+        TRAINING_WORKER_BASELINE_BYTES,
+        WORKER_BASELINE_BYTES,
+        TrialResources,
+        count_slots,
+    )
+
+    assert run.geometry is not None
+    baseline = TRAINING_WORKER_BASELINE_BYTES if evaluator is None else WORKER_BASELINE_BYTES
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    cap = max((n.get("memory", 0.0) for n in nodes), default=float(baseline))
+    resources = TrialResources(run.spec.resources, baseline, run.geometry, cap)
+    return resources, max(1, min(pool, count_slots(nodes, run.spec.resources, baseline)))
 
 
 def _first_line(exc: BaseException) -> str:

@@ -4,6 +4,11 @@ The checks here run before a study is written: an address where nothing listens 
 line at once (Ray itself retries for minutes), a per-trial request finer than Ray schedules is
 refused (Ray would reject each trial as Tune starts it), and so is one that no node of the
 cluster can hold (Tune would wait for it forever).
+
+Memory: each trial asks Ray for its ``memory`` resource (:class:`TrialResources`): the trial
+process's baseline (measured by ``benchmarks/worker_memory.py``) plus the meta-device estimate
+of training its architecture (``nas.memory``), so Ray never places more trials on a node than
+its memory holds (Ray's memory monitor would kill them instead).
 """
 
 from __future__ import annotations
@@ -14,17 +19,40 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from nas.errors import ConfigError, NasError
 from studies._ray_auth import check_ray_token, token_error
 from studies.spec import Resources
 
-__all__ = ["RESOURCE_SCALING", "HeadWatch", "check_ray_address", "check_resources", "connect"]
+if TYPE_CHECKING:
+    from ray.tune import PlacementGroupFactory
+
+    from nas.tasks import TaskGeometry
+
+__all__ = ["MEMORY_STEP", "RESOURCE_SCALING", "TRAINING_WORKER_BASELINE_BYTES",
+           "WORKER_BASELINE_BYTES", "HeadWatch", "TrialResources", "check_ray_address",
+           "check_resources", "connect", "count_slots"]
 
 #: Ray counts a resource in units of 1/10,000 (``ray._raylet.RESOURCE_UNIT_SCALING``; its
 #: ``MIN_RESOURCE_GRANULARITY`` is 0.0001): a nonzero request below one unit is refused.
 RESOURCE_SCALING = 10_000
+
+_MIB = 2**20
+#: Resident memory of a trial process whose evaluator imports no torch (the tests' fake
+#: evaluators): Ray's worker, Tune's function trainable and ``studies.worker``. Measured 200 MiB
+#: (``benchmarks/worker_memory.py``: Ray 2.60, Python 3.11, Linux x86-64), rounded up.
+WORKER_BASELINE_BYTES = 256 * _MIB
+#: The same for a trial of the built-in trainer, after it trained: torch, timm, the models,
+#: the trainers and the `digits` task imported and built. Measured 1,025 MiB peak (the same
+#: benchmark; torch alone adds 500 MiB there, timm 120, the digits task 100), rounded up. A
+#: larger task's data is not in it.
+TRAINING_WORKER_BASELINE_BYTES = 1152 * _MIB
+#: A trial's memory request is rounded up to this, so trials of similar size ask for the same
+#: amount and Tune can reuse their actors (it reuses one only for an equal request).
+MEMORY_STEP = 64 * _MIB
 
 
 def check_ray_address(address: str | None, timeout: float = 5.0) -> None:
@@ -81,36 +109,121 @@ def _init(address: str | None) -> None:
         raise NasError(f"Cannot reach the Ray cluster at {address!r}: {first}") from None
 
 
-def connect(address: str | None, resources: Resources) -> int:
-    """Start or join Ray; the number of trials that can run at once with ``resources`` each.
+def _fits(node: Mapping[str, float], resources: Resources, memory: float) -> bool:
+    return (node.get("CPU", 0) >= resources.cpu - 1e-9 and node.get("GPU", 0) >= resources.gpu
+            - 1e-9 and node.get("memory", 0) >= memory)
 
-    Raises:
-        NasError: a request Ray cannot schedule (:func:`check_resources`), or no node of the
-            cluster has the CPUs and GPUs one trial asks for.
-    """
-    import ray
 
-    check_resources(resources)
-    _init(address)
-    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
-    fits = [n for n in nodes if n.get("CPU", 0) >= resources.cpu - 1e-9
-            and n.get("GPU", 0) >= resources.gpu - 1e-9]
-    if not fits:
-        largest: dict[str, float] = max(
-            nodes, key=lambda n: (n.get("GPU", 0), n.get("CPU", 0)), default={})
-        raise NasError(
-            f"Study key `resources` asks for {resources.cpu:g} cpu and {resources.gpu:g} gpu per "
-            f"trial, but the largest node of the Ray cluster has {largest.get('CPU', 0):g} CPUs "
-            f"and {largest.get('GPU', 0):g} GPUs; lower `resources` or add such a node.")
+def count_slots(nodes: Sequence[Mapping[str, float]], resources: Resources, memory: float) -> int:
+    """How many trials asking for ``resources`` and ``memory`` bytes each the ``nodes`` (Ray's
+    resources of each live node) hold at once; 0 when no node holds one."""
     slots = 0
-    for n in fits:
-        per = []
+    for n in nodes:
+        if not _fits(n, resources, memory):
+            continue
+        per = [math.floor(n.get("memory", 0) / memory)] if memory > 0 else []
         if resources.cpu > 0:
             per.append(math.floor(n.get("CPU", 0) / resources.cpu + 1e-9))
         if resources.gpu > 0:
             per.append(math.floor(n.get("GPU", 0) / resources.gpu + 1e-9))
-        slots += min(per)
-    return max(1, slots)
+        slots += min(per) if per else 1
+    return slots
+
+
+def _live_nodes() -> list[dict[str, float]]:
+    import ray
+
+    return [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+
+
+def connect(address: str | None, resources: Resources,
+            memory: float = WORKER_BASELINE_BYTES) -> int:
+    """Start or join Ray; the number of trials that can run at once with ``resources`` and
+    ``memory`` bytes (Ray's ``memory`` resource; by default the light trial process's baseline:
+    the least any trial asks for) each.
+
+    Raises:
+        NasError: a request Ray cannot schedule (:func:`check_resources`), or no node of the
+            cluster has the CPUs, GPUs and memory one trial asks for.
+    """
+    check_resources(resources)
+    _init(address)
+    nodes = _live_nodes()
+    slots = count_slots(nodes, resources, memory)
+    if not slots:
+        largest: Mapping[str, float] = max(
+            nodes, key=lambda n: (n.get("GPU", 0), n.get("CPU", 0), n.get("memory", 0)),
+            default={})
+        raise NasError(
+            f"Study key `resources` asks for {resources.cpu:g} cpu and {resources.gpu:g} gpu per "
+            f"trial and a trial process needs {memory / 2**30:.2f} GiB of memory, but the "
+            f"largest node of the Ray cluster has {largest.get('CPU', 0):g} CPUs, "
+            f"{largest.get('GPU', 0):g} GPUs and {largest.get('memory', 0) / 2**30:.2f} GiB for "
+            "Ray's workers; lower `resources` or add such a node.")
+    return slots
+
+
+@dataclass
+class TrialResources:
+    """What one trial asks Ray for, from its config: the study's ``resources`` (cpu, gpu) and
+    Ray's ``memory`` resource. Tune calls it per trial (``tune.with_resources`` takes a callable
+    ``config -> resources``; Ray 2.60's function trainable calls it from
+    ``default_resource_request``).
+
+    A trial asks for ``baseline`` plus, when it trains on the CPU, the meta-device estimate of
+    training its architecture at its batch sizes (``nas.memory.training_memory``); a trial with
+    a GPU keeps its model on the GPU (the trainer checks its share there), so it asks for the
+    baseline alone. The request is rounded up to :data:`MEMORY_STEP` and capped at ``cap`` (the
+    largest node's memory): a trial estimated larger than every node runs alone on one, where
+    the trainer's own memory check refuses it with the figures, instead of waiting forever.
+    """
+
+    resources: Resources
+    baseline: int
+    geometry: TaskGeometry
+    cap: float
+    _known: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def estimate(self, config: Mapping[str, Any]) -> int:
+        """The meta-device estimate for the trial ``config`` (0 when it has no architecture
+        or the estimate cannot be made: the baseline then stands alone)."""
+        arch, settings = config.get("arch"), config.get("settings") or {}
+        if self.resources.gpu > 0 or not isinstance(arch, Mapping):
+            return 0
+        from nas.config import ArchConfig
+        from trainers import TrainConfig  # its defaults: a setting the trial leaves out
+
+        batch = settings.get("batch_size", TrainConfig.batch_size)
+        evals = settings.get("eval_batch_size", TrainConfig.eval_batch_size)
+        try:
+            arch_config = ArchConfig.from_dict(dict(arch))
+        except (ConfigError, TypeError, ValueError):
+            return 0
+        key = f"{arch_config.arch_id}/{batch}/{evals}"
+        if key not in self._known:
+            from nas.memory import estimate_training_memory
+
+            try:
+                self._known[key] = estimate_training_memory(
+                    arch_config, self.geometry, int(batch), eval_batch_size=int(evals))
+            except (ConfigError, RuntimeError, TypeError, ValueError):
+                self._known[key] = 0
+        return self._known[key]
+
+    def memory(self, config: Mapping[str, Any]) -> float:
+        """Bytes of Ray's ``memory`` resource the trial ``config`` asks for."""
+        wanted = self.baseline + self.estimate(config)
+        return float(min(self.cap, math.ceil(wanted / MEMORY_STEP) * MEMORY_STEP))
+
+    def request(self, config: Mapping[str, Any]) -> dict[str, float]:
+        """The trial's request as Tune's resource mapping."""
+        return {"cpu": self.resources.cpu, "gpu": self.resources.gpu,
+                "memory": self.memory(config)}
+
+    def __call__(self, config: Mapping[str, Any]) -> PlacementGroupFactory:
+        from ray.tune.execution.placement_groups import resource_dict_to_pg_factory
+
+        return resource_dict_to_pg_factory(self.request(config))
 
 
 class HeadWatch:

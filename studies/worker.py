@@ -5,6 +5,11 @@ without Ray. ``trainable`` is the Ray Tune function trainable that calls it (or 
 evaluator with the same signature): it reports every epoch with ``ray.tune.report`` and, last, the
 trial's final result. Early stopping is Tune's: the scheduler's STOP ends the function at its
 next report. Task data is cached per worker process, so a reused actor builds it once.
+
+The module imports no torch, timm, model or trainer code: only the path that trains (or measures
+latency) does, so a study whose evaluator trains nothing keeps its trial processes light (see
+``benchmarks/worker_memory.py``). A trial Ray assigned a GPU trains on it
+(``trainers.devices``) or fails with the reason.
 """
 
 from __future__ import annotations
@@ -12,20 +17,18 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
-import torch
-
-from nas.config import ArchConfig
-from nas.models import create_model
-from nas.tasks import TaskGeometry
-from trainers import TaskData, TrainConfig, get_task, train
-
-if TYPE_CHECKING:  # the workers import no storage code
+if TYPE_CHECKING:  # the workers import no storage code, and torch only to train
+    from nas.config import ArchConfig
+    from nas.tasks import TaskGeometry
     from studies._trials import Evaluator
+    from trainers import TaskData
+    from trainers.devices import Placement
 
 __all__ = ["EvaluatorUnavailable", "evaluate_trial", "evaluator_call", "measure_latency_ms",
            "trainable"]
@@ -42,6 +45,8 @@ class EvaluatorUnavailable(RuntimeError):
 
 
 def _task(name: str, options: dict[str, Any]) -> TaskData:
+    from trainers import get_task
+
     key = json.dumps([name, options], sort_keys=True, default=str)
     if key not in _TASKS:
         _TASKS[key] = get_task(name, **options)
@@ -50,6 +55,10 @@ def _task(name: str, options: dict[str, Any]) -> TaskData:
 
 def measure_latency_ms(config: ArchConfig, geometry: TaskGeometry, *, repeats: int = 10) -> float:
     """Median wall time of one forward pass on one sample (eval mode, no grad), in ms."""
+    import torch
+
+    from nas.models import create_model
+
     model = create_model(config, geometry).eval()
     inputs = model.example_inputs(1)
     times = []
@@ -65,18 +74,32 @@ def measure_latency_ms(config: ArchConfig, geometry: TaskGeometry, *, repeats: i
 def evaluate_trial(
     arch: dict[str, Any], settings: dict[str, Any], task: str, task_options: dict[str, Any],
     *, latency: bool = False, report: Callable[[dict[str, Any]], bool] | None = None,
-    checkpoint_dir: str | None = None,
+    checkpoint_dir: str | None = None, placement: Placement | None = None,
 ) -> dict[str, Any]:
     """Train one architecture with one training config; the result as a plain dict.
 
     With ``checkpoint_dir`` (the study's ``checkpoints`` key) the trained weights are saved
     there as ``nas train --out`` saves them, and ``checkpoint`` in the result is the file.
+    ``placement`` is what Ray gave the trial: with a GPU the trial trains on it, and fails
+    (status ``failed``, the reason) when CUDA cannot use it.
     """
+    from nas.config import ArchConfig
+    from trainers import TrainConfig, train
+    from trainers.devices import GpuUnavailable, trial_device
+
     config = ArchConfig.from_dict(arch)
-    data = _task(task, task_options)
     cfg = TrainConfig.from_dict(settings)
+    fraction = 1.0
+    if placement is not None and placement.gpu_ids:
+        try:
+            cfg = replace(cfg, device=trial_device(cfg.device, placement))
+        except GpuUnavailable as exc:
+            return {"status": "failed", "reason": str(exc), "value": None, "epochs": [],
+                    "seconds": 0.0, "samples_per_second": None, "arch_id": config.arch_id}
+        fraction = placement.fraction
+    data = _task(task, task_options)
     result = train(config, cfg, data, (lambda e: report(asdict(e))) if report else None,
-                   checkpoint_dir=checkpoint_dir)
+                   checkpoint_dir=checkpoint_dir, gpu_fraction=fraction)
     out = result.to_dict()
     if latency and result.status != "failed":
         out["latency_ms"] = measure_latency_ms(config, data.geometry)
@@ -110,20 +133,24 @@ def evaluator_call(config: dict[str, Any], report: Callable[[dict[str, Any]], bo
 
 
 def trainable(config: dict[str, Any], *, evaluator: bytes | None = None,
-              threads: int = 1) -> None:
+              threads: int = 1, gpu: float = 0.0) -> None:
     """Ray Tune function trainable: one trial of a study.
 
     ``config`` is what the study's searcher suggested (``number``, ``arch``, ``settings``,
     ``task``, ``task_options``, ``latency``, ``checkpoint_dir``); ``evaluator`` the study's own
-    training function, pickled (None: :func:`evaluate_trial`); ``threads`` the torch threads of
-    the CPUs the trial holds.
+    training function, pickled (None: :func:`evaluate_trial`, which is then given the trial's
+    GPU placement); ``threads`` the torch threads of the CPUs the trial holds; ``gpu`` the
+    study's ``resources.gpu``.
     """
     import ray
     from ray import cloudpickle, tune
 
-    torch.set_num_threads(max(1, threads))
+    placement: Placement | None = None
     if evaluator is None:
+        from trainers.devices import Placement
+
         function: Evaluator = evaluate_trial
+        placement = Placement.from_ray(gpu, ray.get_gpu_ids())
     else:
         try:
             function = cloudpickle.loads(evaluator)
@@ -137,6 +164,12 @@ def trainable(config: dict[str, Any], *, evaluator: bytes | None = None,
         return False  # the scheduler's STOP ends this function inside tune.report
 
     args, kwargs = evaluator_call(config, report)
+    if placement is not None:
+        kwargs["placement"] = placement
+    if evaluator is None or "torch" in sys.modules:  # an evaluator that trains with torch
+        import torch
+
+        torch.set_num_threads(max(1, threads))
     out = function(*args, **kwargs)
     epochs = out.get("epochs") or []
     final = {**(last or _epoch_metrics({"epoch": 0})), "kind": "final",

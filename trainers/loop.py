@@ -27,9 +27,10 @@ from torch.utils.data import DataLoader
 from nas.config import ArchConfig
 from nas.cost import model_cost
 from nas.errors import ConfigError
-from nas.memory import check_training_memory
+from nas.memory import check_training_memory, format_bytes, training_memory
 from nas.models import FamilyModel, create_model
 from nas.radix import RadixTokenizer, WordTokenizer, tokenizer_from_dict
+from trainers.devices import gpu_budget
 from trainers.tasks import TaskData, collate
 from trainers.tasks.metrics import bleu4, cider_d
 
@@ -38,6 +39,7 @@ __all__ = [
     "EpochReport",
     "TrainConfig",
     "TrainResult",
+    "check_gpu_share",
     "learning_rate",
     "load_checkpoint",
     "quick_defaults",
@@ -265,6 +267,29 @@ def select_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
+def check_gpu_share(config: ArchConfig, cfg: TrainConfig, data: TaskData, fraction: float,
+                    mem_info: tuple[int, int]) -> int:
+    """The memory check of a trial that holds ``fraction`` of a GPU (``resources.gpu`` < 1):
+    the estimate (``nas.memory``) against :func:`trainers.devices.gpu_budget` of the card's
+    ``(free, total)`` bytes (``torch.cuda.mem_get_info``), not against all that is free.
+
+    Raises:
+        ConfigError: the estimate exceeds the trial's share (one line, both figures).
+    """
+    estimate = training_memory(config, data.geometry, cfg.batch_size,
+                               eval_batch_size=cfg.eval_batch_size)
+    free, total = mem_info
+    budget = gpu_budget(free, total, fraction)
+    if estimate.total > budget:
+        raise ConfigError(
+            f"Training arch {config.arch_id} ({config.family}, {estimate.params:,} params) at "
+            f"batch_size={cfg.batch_size} needs about {format_bytes(estimate.total)}, but the "
+            f"trial holds {fraction:g} of a GPU: {format_bytes(budget)} of its "
+            f"{format_bytes(total)} ({format_bytes(free)} free); lower batch_size or "
+            "eval_batch_size, raise resources.gpu, or choose a smaller architecture.")
+    return estimate.total
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -347,18 +372,25 @@ def train(
     *,
     checkpoint_dir: str | Path | None = None,
     progress: Callable[[Iterator[Any], int, str], Iterator[Any]] | None = None,
+    gpu_fraction: float = 1.0,
 ) -> TrainResult:
     """Train ``config`` on ``data`` and return per-epoch metrics and the final metric.
 
     ``report`` is called after every epoch; returning True stops the run early (status
     ``stopped``: early stopping by the study engine). A NaN or infinite loss ends the run with
     status ``failed`` and the reason, instead of wasting the budget. ``progress`` wraps the
-    batch iterator (a progress bar) when given.
+    batch iterator (a progress bar) when given. ``gpu_fraction`` is the share of the GPU a
+    study trial holds (``resources.gpu`` below 1): on CUDA its memory check plans for that share
+    (:func:`check_gpu_share`), and PyTorch's allocator is held to it.
     """
     device = select_device(cfg.device)
     # Bounds before allocation: estimated on the meta device, refused when it cannot fit.
-    check_training_memory(config, data.geometry, cfg.batch_size, device,
-                          eval_batch_size=cfg.eval_batch_size)
+    if device.type == "cuda" and gpu_fraction < 1:
+        check_gpu_share(config, cfg, data, gpu_fraction, torch.cuda.mem_get_info(device))
+        torch.cuda.set_per_process_memory_fraction(gpu_fraction, device)
+    else:
+        check_training_memory(config, data.geometry, cfg.batch_size, device,
+                              eval_batch_size=cfg.eval_batch_size)
     seed_everything(cfg.seed)
     kind = data.geometry.kind
     model = create_model(config, data.geometry, device=device, drop_rate=cfg.dropout)
