@@ -43,6 +43,9 @@ def create_app(storage_url: str | None = None, *, reader: StudyReader | None = N
     if reader is not None and storage_url is not None:
         raise ValueError("Give `storage_url` or `reader`, not both, but got "
                          f"{storage_url=} and a reader.")
+    if reader is not None and not isinstance(reader, StudyReader):
+        raise TypeError(f"`reader` must have the methods of dashboard.reader.StudyReader, but "
+                        f"got a {type(reader).__name__}.")
     cache = StudyCache(reader if reader is not None else SqlReader(storage_url))
     figures.warm_up()
     app = dash.Dash(__name__, title="nas dashboard", update_title="",

@@ -14,7 +14,7 @@ for what is in the studies: the pages show its one line.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import pandas as pd
 from sqlalchemy.engine import make_url
@@ -30,6 +30,7 @@ __all__ = ["Listing", "SqlReader", "StudyReader", "listing_of"]
 Listing = tuple[list[StudyInfo], pd.DataFrame]
 
 
+@runtime_checkable
 class StudyReader(Protocol):
     """The studies the dashboard shows. Only read: nothing here may change a study."""
 

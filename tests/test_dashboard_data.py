@@ -73,6 +73,7 @@ from dashboard.figures import (
 from dashboard.formatting import count, header
 from dashboard.formatting import number as format_number
 from dashboard.layout import study_href, trial_body, trial_href
+from dashboard.reader import listing_of
 from dashboard.testing import callback_body, components, first_render, post_callback
 from nas.config import ArchConfig
 from nas.errors import NasError
@@ -358,6 +359,20 @@ def test_list_studies(study: EngineStudy, engine: sa.Engine) -> None:
     # A status word that is not one of studies.keys.Status' counts by the trial's state.
     evil = frame.set_index("name").loc[EVIL]
     assert (evil.trials, evil.completed, evil.stopped) == (4, 4, 0)
+
+
+def test_a_listing_of_loaded_studies_equals_the_sql_listing(engine: sa.Engine) -> None:
+    """``listing_of`` (for a reader holding its studies in memory) lists loaded studies as the
+    SQL listing lists them: the same counts by status, last activity and completed values."""
+    infos, frame = list_studies(engine)
+    loaded = [load_study(engine, study_info(engine, i.name)) for i in infos]
+    ours_infos, ours = listing_of(loaded)
+    assert [i.name for i in ours_infos] == [i.name for i in infos]
+    pd.testing.assert_frame_equal(ours, frame, check_dtype=False)
+    key = ["study_id", "number", "objective"]
+    pd.testing.assert_frame_equal(
+        ours.attrs["values"].sort_values(key).reset_index(drop=True),
+        frame.attrs["values"].sort_values(key).reset_index(drop=True), check_dtype=False)
 
 
 @pytest.mark.parametrize(("value", "kind", "shown"), [
