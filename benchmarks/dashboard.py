@@ -48,12 +48,13 @@ from optuna.distributions import CategoricalDistribution, distribution_to_json
 from optuna.trial import FixedTrial
 
 from search_spaces import load_space
+from studies.keys import STATE_OF, Status, StudyKey, TrialKey
 from studies.spec import StudySpec
 from studies.storage import epochs_table, open_storage
 
 NAME = "lw-transformer-10k"
 # Outcomes of the trials that pass the constraint (about 12% break it and are rejected).
-STATES = (("completed", 0.78), ("stopped", 0.16), ("failed", 0.06))
+STATES = ((Status.COMPLETED, 0.78), (Status.STOPPED, 0.16), (Status.FAILED, 0.06))
 PARAMS_MAX = 78e6
 
 
@@ -93,10 +94,10 @@ def build_study(path: Path, n_trials: int, seed: int = 0) -> str:
         "seed": seed})
     storage = open_storage(url)
     study = optuna.create_study(storage=storage, study_name=NAME, directions=spec.directions)
-    study.set_user_attr("nas.spec", spec.to_dict())
-    study.set_user_attr("nas.space", space.to_dict())
-    study.set_user_attr("nas.space_hash", space.hash)
-    study.set_user_attr("nas.objectives", spec.objective_names)
+    study.set_user_attr(StudyKey.SPEC, spec.to_dict())
+    study.set_user_attr(StudyKey.SPACE, space.to_dict())
+    study.set_user_attr(StudyKey.SPACE_HASH, space.hash)
+    study.set_user_attr(StudyKey.OBJECTIVES, spec.objective_names)
     study_id = study._study_id
     rng = np.random.default_rng(seed)
     arch_dists = {k: d.to_dict() for k, d in space.arch.items()}
@@ -106,7 +107,7 @@ def build_study(path: Path, n_trials: int, seed: int = 0) -> str:
     tables = meta.tables
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in (
         "trials", "trial_params", "trial_values", "trial_user_attributes",
-        "trial_intermediate_values", "nas_epochs")}
+        "trial_intermediate_values", epochs_table.name)}
     start = datetime(2025, 1, 1)
     statuses = rng.choice([s for s, _ in STATES], size=n_trials, p=[p for _, p in STATES])
     for number in range(n_trials):
@@ -125,17 +126,16 @@ def build_study(path: Path, n_trials: int, seed: int = 0) -> str:
         cost = _fake_cost(arch)
         status = str(statuses[number])
         if cost["params"] > PARAMS_MAX:
-            status = "rejected"
+            status = Status.REJECTED
         elif number >= n_trials - 4:  # the last few still train
             status = "running"
         accuracy = (0.62 + 0.03 * math.log(cost["params"] / 1e7)
                     - 0.02 * abs(math.log(train["lr"] / 8e-4)) - 0.05 * train["dropout"]
                     + float(rng.normal(0, 0.004)))
-        epochs = {"completed": 4, "stopped": int(rng.integers(1, 3)), "failed": 1,
-                  "rejected": 0, "running": 2}[status]
+        epochs = {Status.COMPLETED: 4, Status.STOPPED: int(rng.integers(1, 3)), Status.FAILED: 1,
+                  Status.REJECTED: 0, "running": 2}[status]
         began = start + timedelta(seconds=30 * number)
-        state = {"completed": "COMPLETE", "stopped": "PRUNED", "running": "RUNNING"}.get(
-            status, "FAIL")
+        state = {**STATE_OF, "running": "RUNNING"}[status]
         rows["trials"].append({
             "trial_id": trial_id, "number": number, "study_id": study_id, "state": state,
             "datetime_start": began,
@@ -152,16 +152,17 @@ def build_study(path: Path, n_trials: int, seed: int = 0) -> str:
                 rows["trial_values"].append({"trial_id": trial_id, "objective": i,
                                              "value": float(v), "value_type": "FINITE"})
         attrs: dict[str, Any] = {
-            "nas.arch": arch, "nas.arch_id": f"{abs(hash(key)) % 16**12:012x}",
-            "nas.cost": cost, "nas.train": {"epochs": 4, "seed": seed, **train},
-            "nas.status": status}
+            TrialKey.ARCH: arch, TrialKey.ARCH_ID: f"{abs(hash(key)) % 16**12:012x}",
+            TrialKey.COST: cost, TrialKey.TRAIN: {"epochs": 4, "seed": seed, **train},
+            TrialKey.STATUS: status}
         if status != "running":
-            attrs.update({"nas.epochs_reached": epochs, "nas.seconds": 25.0,
-                          "nas.node": "node-1", "nas.samples_per_second": 900.0})
-        if status == "rejected":
-            attrs["nas.reason"] = f"params {cost['params']:,} breaks params_max={PARAMS_MAX:,.0f}"
-        elif status == "failed":
-            attrs["nas.reason"] = "loss became nan at epoch 1, step 12"
+            attrs.update({TrialKey.EPOCHS_REACHED: epochs, TrialKey.SECONDS: 25.0,
+                          TrialKey.NODE: "node-1", TrialKey.SAMPLES_PER_SECOND: 900.0})
+        if status == Status.REJECTED:
+            attrs[TrialKey.REASON] = (f"params {cost['params']:,} breaks "
+                                      f"params_max={PARAMS_MAX:,.0f}")
+        elif status == Status.FAILED:
+            attrs[TrialKey.REASON] = "loss became nan at epoch 1, step 12"
         for k, v in attrs.items():
             rows["trial_user_attributes"].append({"trial_id": trial_id, "key": k,
                                                   "value_json": json.dumps(v)})
@@ -170,13 +171,13 @@ def build_study(path: Path, n_trials: int, seed: int = 0) -> str:
             rows["trial_intermediate_values"].append({
                 "trial_id": trial_id, "step": e, "intermediate_value": value,
                 "intermediate_value_type": "FINITE"})
-            rows["nas_epochs"].append({
+            rows[epochs_table.name].append({
                 "study_name": NAME, "trial_number": number, "epoch": e,
                 "train_loss": 2.0 / e, "metric": "vqa_accuracy", "value": value,
                 "seconds": 6.0, "extra": "{}"})
     with storage.engine.begin() as conn:
         for name, batch in rows.items():
-            table = epochs_table if name == "nas_epochs" else tables[name]
+            table = epochs_table if name == epochs_table.name else tables[name]
             conn.execute(table.insert(), batch)
     storage.engine.dispose()
     return url

@@ -43,10 +43,14 @@ def _spec(info: StudyInfo) -> StudySpec:
 def trial_record(info: StudyInfo, trial: Mapping[str, Any], storage: Any) -> TrialRecord:
     """The export record of ``trial`` (from ``dashboard.data.load_trial``), equal to
     ``studies.export.trial_record``'s; ``storage``: a read-only Optuna storage for the rare
-    study that needs ``studies.export``'s own path."""
+    study that needs ``studies.export``'s own path (None: such a study's export is refused)."""
     spec = _spec(info)
     geometry = known_geometry(spec, info.attrs)
     if geometry is None:  # only building the task would tell: studies.export does that
+        if storage is None:
+            raise NasError(f"Study {inert(info.name)!r} stores no task geometry and this "
+                           "dashboard reads no Optuna storage, so its trials cannot be "
+                           "exported here; use nas export.")
         return slow_trial_record(info.name, int(trial["number"]), storage)
     return build_record(spec, info.attrs, number=int(trial["number"]), state=trial["state"],
                         attrs=trial["attrs"],

@@ -1,6 +1,6 @@
 """The dashboard's pages as Dash component trees: the studies list, a study, a trial.
 
-Pages are skeletons whose figures and tables the callbacks in ``dashboard.app`` fill. Every
+Pages are skeletons whose figures and tables the callbacks in ``dashboard.pages`` fill. Every
 user-provided string reaches the page as a component's text, which React escapes; nothing here
 uses raw HTML or ``dangerously_allow_html``. Component ids are the module's constants.
 """
@@ -234,98 +234,119 @@ def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequen
     the front (``FRONT_DRAWN``). ``front``: the 2-D front's figure on :func:`front_axes`, sent
     with the page itself so that it draws without waiting for another request."""
     objectives = list(info.objectives)
-    x, y = front_axes(objectives)
     return [
         dcc.Store(id=STUDY, data={"name": info.name, "version": version}),
         dcc.Interval(id=STUDY_TICK, interval=refresh_ms),
         html.H2(["Study ", html.Span(info.name, id="study-name")]),
         html.Div(id=SUMMARY),
-        html.Section(style=_SECTION, children=[
-            html.H3("Pareto front"),
-            html.Div(style=_ROW, children=[
-                html.Label("x"), dcc.Dropdown(_options(objectives), x, id=PARETO_X,
-                                              clearable=False, style={"width": "200px"}),
-                html.Label("y"), dcc.Dropdown(_options(objectives), y, id=PARETO_Y,
-                                              clearable=False, style={"width": "200px"}),
-                html.Label("params and MAdds axes"),
-                dcc.RadioItems([{"label": s, "value": s} for s in SCALES],
-                               "auto", id=PARETO_SCALE, inline=True,
-                               inputStyle={"marginRight": "4px"},
-                               labelStyle={"marginRight": "10px"}),
-                html.Span("Click a point to open its trial.", style={"color": "#666"}),
-            ]),
-            _graph(PARETO_2D, 520, front),
-            dcc.Store(id=FRONT_DRAWN, data=None if front is None else f"{version}/{x}/{y}"),
-            dcc.Store(id=SELECTED, data={"numbers": [], "source": None}),
-            dcc.Store(id=PARCOORDS_RANGES, data={}),
-            html.Div(style=_ROW, children=[
-                html.Span("Select trials with the box or lasso on the front, by brushing the "
-                          "parallel coordinates' axes or with the table's boxes: they are "
-                          "highlighted everywhere.", style={"color": "#666"}),
-                html.B(id=SELECTION_NOTE, children="no trials selected"),
-                html.Button("Clear the selection", id=SELECTION_CLEAR, style=_BUTTON),
-                html.Button("Download the selection (CSV)", id=SELECTION_CSV, style=_BUTTON),
-                dcc.Download(id=SELECTION_DOWNLOAD),
-                html.Span(id=SELECTION_MESSAGE, style=_PROBLEM)]),
-            html.Div(style=_ROW, children=[
-                html.Span("Download the Pareto set as"),
-                dcc.Dropdown(_options(formats), formats[0] if formats else None,
-                             id=PARETO_FORMAT, clearable=False, style={"width": "160px"}),
-                html.Button("Download (zip)", id=PARETO_BUTTON, style=_BUTTON,
-                            disabled=not formats),
-                dcc.Download(id=PARETO_DOWNLOAD),
-                html.Span(id=PARETO_MESSAGE, children="" if formats else
-                          "(exports need a study made by nas: this one has no search space)"),
-            ]),
-        ]),
-        html.Section(style=_SECTION, children=[
-            html.H3("More views"),
-            dcc.Tabs(id=VIEWS, value=HYPERVOLUME, children=view_tabs(promoted)),
-            html.Div(id=EFFECT_CONTROLS, style={**_ROW, "display": "none",
-                                                "marginTop": "8px"}, children=[
-                dcc.Dropdown(_options(objectives), objectives[0] if objectives else None,
-                             id=EFFECT_OBJECTIVE, clearable=False, style={"width": "200px"}),
-                html.Span("against"),
-                dcc.Dropdown(knob_options(data), default_knob(data), id=EFFECT_KNOB,
-                             clearable=False,
-                             style={"width": "240px"}),
-            ]),
-            dcc.Loading(html.Div(id=VIEW, style={"minHeight": "320px"}), type="circle"),
-        ]),
-        html.Section(style=_SECTION, children=[
-            html.H3("Trials"),
-            html.Div(style=_ROW, children=[
-                html.Span("Sort by a header; filter with the row under it (text: kv; numbers: "
-                      "> 0.5; status: = rejected)."),
-                html.Button("Download CSV", id=CSV_BUTTON, style=_BUTTON),
-                dcc.Download(id=CSV_DOWNLOAD), html.Span(id=CSV_MESSAGE, style=_PROBLEM)]),
-            DataTable(
-                id=TABLE, columns=cast(Any, table_columns(data)), data=[], page_current=0,
-                row_selectable="multi", selected_rows=[], selected_row_ids=[],
-                page_size=PAGE_SIZE, page_action="custom", sort_action="custom",
-                sort_mode="multi", sort_by=[], filter_action="custom", filter_query="",
-                filter_options={"case": "insensitive"},
-                markdown_options={"link_target": "_self", "html": False},
-                style_table={"overflowX": "auto"},
-                style_cell={"fontFamily": "inherit", "fontSize": "13px", "padding": "3px 8px",
-                            "maxWidth": "320px", "overflow": "hidden",
-                            "textOverflow": "ellipsis", "textAlign": "left"},
-                # Numbers line up on the right, text on the left.
-                style_cell_conditional=[{"if": {"column_type": "numeric"},
-                                         "textAlign": "right"}],
-                style_header={"fontWeight": "bold"}),
-        ]),
-        html.Section(style=_SECTION, children=[
-            html.H3("Compare with another study"),
-            html.P("Both studies' fronts in the two objectives chosen above, and their "
-                   "hypervolumes against one shared reference point (each study's own may "
-                   "differ: the numbers compare only on one point).",
-                   style={"color": "#666"}),
-            dcc.Dropdown(_options(list(others)), None, id=COMPARE_WITH,
-                         placeholder="choose a study", style={"width": "360px"}),
-            _graph(COMPARE, 450),
-        ]),
+        _front_section(objectives, version, formats, front),
+        _views_section(objectives, data, promoted),
+        _trials_section(data),
+        _compare_section(others),
     ]
+
+
+def _front_section(objectives: list[str], version: str, formats: Sequence[str],
+                   front: Any) -> html.Section:
+    """The 2-D front with its axes, the selection's controls and the Pareto set's download."""
+    x, y = front_axes(objectives)
+    return html.Section(style=_SECTION, children=[
+        html.H3("Pareto front"),
+        html.Div(style=_ROW, children=[
+            html.Label("x"), dcc.Dropdown(_options(objectives), x, id=PARETO_X,
+                                          clearable=False, style={"width": "200px"}),
+            html.Label("y"), dcc.Dropdown(_options(objectives), y, id=PARETO_Y,
+                                          clearable=False, style={"width": "200px"}),
+            html.Label("params and MAdds axes"),
+            dcc.RadioItems([{"label": s, "value": s} for s in SCALES],
+                           "auto", id=PARETO_SCALE, inline=True,
+                           inputStyle={"marginRight": "4px"},
+                           labelStyle={"marginRight": "10px"}),
+            html.Span("Click a point to open its trial.", style={"color": "#666"}),
+        ]),
+        _graph(PARETO_2D, 520, front),
+        dcc.Store(id=FRONT_DRAWN, data=None if front is None else f"{version}/{x}/{y}"),
+        dcc.Store(id=SELECTED, data={"numbers": [], "source": None}),
+        dcc.Store(id=PARCOORDS_RANGES, data={}),
+        html.Div(style=_ROW, children=[
+            html.Span("Select trials with the box or lasso on the front, by brushing the "
+                      "parallel coordinates' axes or with the table's boxes: they are "
+                      "highlighted everywhere.", style={"color": "#666"}),
+            html.B(id=SELECTION_NOTE, children="no trials selected"),
+            html.Button("Clear the selection", id=SELECTION_CLEAR, style=_BUTTON),
+            html.Button("Download the selection (CSV)", id=SELECTION_CSV, style=_BUTTON),
+            dcc.Download(id=SELECTION_DOWNLOAD),
+            html.Span(id=SELECTION_MESSAGE, style=_PROBLEM)]),
+        html.Div(style=_ROW, children=[
+            html.Span("Download the Pareto set as"),
+            dcc.Dropdown(_options(formats), formats[0] if formats else None,
+                         id=PARETO_FORMAT, clearable=False, style={"width": "160px"}),
+            html.Button("Download (zip)", id=PARETO_BUTTON, style=_BUTTON,
+                        disabled=not formats),
+            dcc.Download(id=PARETO_DOWNLOAD),
+            html.Span(id=PARETO_MESSAGE, children="" if formats else
+                      "(exports need a study made by nas: this one has no search space)"),
+        ]),
+    ])
+
+
+def _views_section(objectives: list[str], data: StudyData, promoted: bool) -> html.Section:
+    """The views below the front, a tab each, and the knob effect's controls."""
+    return html.Section(style=_SECTION, children=[
+        html.H3("More views"),
+        dcc.Tabs(id=VIEWS, value=HYPERVOLUME, children=view_tabs(promoted)),
+        html.Div(id=EFFECT_CONTROLS, style={**_ROW, "display": "none",
+                                            "marginTop": "8px"}, children=[
+            dcc.Dropdown(_options(objectives), objectives[0] if objectives else None,
+                         id=EFFECT_OBJECTIVE, clearable=False, style={"width": "200px"}),
+            html.Span("against"),
+            dcc.Dropdown(knob_options(data), default_knob(data), id=EFFECT_KNOB,
+                         clearable=False,
+                         style={"width": "240px"}),
+        ]),
+        dcc.Loading(html.Div(id=VIEW, style={"minHeight": "320px"}), type="circle"),
+    ])
+
+
+def _trials_section(data: StudyData) -> html.Section:
+    """The trial table (paged, sorted and filtered by its callback) and its CSV download."""
+    return html.Section(style=_SECTION, children=[
+        html.H3("Trials"),
+        html.Div(style=_ROW, children=[
+            html.Span("Sort by a header; filter with the row under it (text: kv; numbers: "
+                  "> 0.5; status: = rejected)."),
+            html.Button("Download CSV", id=CSV_BUTTON, style=_BUTTON),
+            dcc.Download(id=CSV_DOWNLOAD), html.Span(id=CSV_MESSAGE, style=_PROBLEM)]),
+        DataTable(
+            id=TABLE, columns=cast(Any, table_columns(data)), data=[], page_current=0,
+            row_selectable="multi", selected_rows=[], selected_row_ids=[],
+            page_size=PAGE_SIZE, page_action="custom", sort_action="custom",
+            sort_mode="multi", sort_by=[], filter_action="custom", filter_query="",
+            filter_options={"case": "insensitive"},
+            markdown_options={"link_target": "_self", "html": False},
+            style_table={"overflowX": "auto"},
+            style_cell={"fontFamily": "inherit", "fontSize": "13px", "padding": "3px 8px",
+                        "maxWidth": "320px", "overflow": "hidden",
+                        "textOverflow": "ellipsis", "textAlign": "left"},
+            # Numbers line up on the right, text on the left.
+            style_cell_conditional=[{"if": {"column_type": "numeric"},
+                                     "textAlign": "right"}],
+            style_header={"fontWeight": "bold"}),
+    ])
+
+
+def _compare_section(others: Sequence[str]) -> html.Section:
+    """Another study's front over this one's, on one reference point."""
+    return html.Section(style=_SECTION, children=[
+        html.H3("Compare with another study"),
+        html.P("Both studies' fronts in the two objectives chosen above, and their "
+               "hypervolumes against one shared reference point (each study's own may "
+               "differ: the numbers compare only on one point).",
+               style={"color": "#666"}),
+        dcc.Dropdown(_options(list(others)), None, id=COMPARE_WITH,
+                     placeholder="choose a study", style={"width": "360px"}),
+        _graph(COMPARE, 450),
+    ])
 
 
 def study_summary(info: StudyInfo, counts: Mapping[str, int], best: Mapping[str, Any],

@@ -31,6 +31,7 @@ from optuna.trial import TrialState
 from dashboard import create_app
 from nas.config import ArchConfig
 from studies import StudySpec, create_study, run_study
+from studies.keys import Status, StudyKey, TrialKey
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed "
                                 "(pip install selenium; the test extra has it)")
@@ -69,7 +70,7 @@ def study_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     evaluator = make_evaluator({"groups": 2, "group_ffn": True, "attention_sharing": "none"})
     run_study(run, evaluator=evaluator, geometry=GEOMETRY, progress=False)
     evil = optuna.create_study(storage=url, study_name=EVIL, directions=["maximize"])
-    evil.set_user_attr("nas.objectives", ["accuracy"])
+    evil.set_user_attr(StudyKey.OBJECTIVES, ["accuracy"])
     evil.add_trial(optuna.trial.create_trial(
         params={"note": "<img src=x onerror=alert(2)>"}, values=[0.5],
         distributions={"note": optuna.distributions.CategoricalDistribution(
@@ -200,7 +201,7 @@ def test_study_page_front_click_and_download(browser: Any, server: str, study_ur
     trials = study.get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     front = {t.number for t in study.best_trials}
-    rejected = [t for t in trials if t.user_attrs.get("nas.status") == "rejected"]
+    rejected = [t for t in trials if t.user_attrs.get(TrialKey.STATUS) == Status.REJECTED]
     assert complete and front
 
     browser.get(server + "/")
@@ -244,8 +245,8 @@ def test_study_page_front_click_and_download(browser: Any, server: str, study_ur
     _wait(target.exists, f"{target.name} to download")
     doc = yaml.safe_load(_wait(target.read_text, "the download to finish"))
     stored = study.trials[number].user_attrs
-    assert ArchConfig.from_dict(doc["arch"]).arch_id == stored["nas.arch_id"]
-    assert doc["arch"] == stored["nas.arch"]
+    assert ArchConfig.from_dict(doc["arch"]).arch_id == stored[TrialKey.ARCH_ID]
+    assert doc["arch"] == stored[TrialKey.ARCH]
     assert doc["provenance"]["study"] == NAME and doc["provenance"]["trial"] == number
     _wait(lambda: "Downloaded" in browser.find_element(By.ID, "trial-message").text,
           "the download message")
@@ -283,10 +284,10 @@ def test_live_refresh_while_the_database_is_written(browser: Any, server: str,
             study.add_trial(optuna.trial.create_trial(
                 params=template.params, distributions=template.distributions,
                 values=[0.95 + i / 1000, *template.values[1:]],
-                user_attrs={**template.user_attrs, "nas.status": "completed"}))
+                user_attrs={**template.user_attrs, TrialKey.STATUS: Status.COMPLETED}))
             time.sleep(0.2)
 
-    completed = sum(t.user_attrs.get("nas.status") == "completed" for t in study.trials)
+    completed = sum(t.user_attrs.get(TrialKey.STATUS) == Status.COMPLETED for t in study.trials)
     writer = threading.Thread(target=write)
     writer.start()
     _wait(lambda: browser.find_element(By.ID, "summary-table").text != summary,
@@ -337,7 +338,7 @@ def test_study_opened_before_its_first_trial_gets_knobs(browser: Any, server: st
     name = "late-study"
     study = optuna.create_study(storage=study_url, study_name=name,
                                 directions=["maximize", "minimize"])
-    study.set_user_attr("nas.objectives", ["accuracy", "params"])
+    study.set_user_attr(StudyKey.OBJECTIVES, ["accuracy", "params"])
     browser.get(server + _study_path(name))
     _wait(lambda: browser.find_element(By.ID, "summary-table").text, "the summary")
     distributions = {"width": optuna.distributions.IntDistribution(16, 64),
@@ -421,7 +422,7 @@ def test_3d_front_shows_dominated_trials_and_readable_titles(browser: Any, serve
         study.add_trial(optuna.trial.create_trial(
             params=template.params, distributions=template.distributions,
             values=[template.values[0] - 0.1 - i / 100, *template.values[1:]],
-            user_attrs={**template.user_attrs, "nas.status": "completed"}))
+            user_attrs={**template.user_attrs, TrialKey.STATUS: Status.COMPLETED}))
     browser.get(server + _study_path(NAME))
     two = _wait(lambda: browser.execute_script(_FIGURE, "#pareto-2d"), "the 2-D front")
     _open_view(browser, "3-D front")
@@ -449,11 +450,11 @@ _STATE_WORDS = re.compile(r"\b(pruned|fail|complete|COMPLETE|PRUNED|FAIL)\b")
 
 def test_one_name_per_trial_state(browser: Any, server: str, study_url: str) -> None:
     study = optuna.load_study(study_name=NAME, storage=study_url)
-    by_status = {t.user_attrs.get("nas.status"): t.number for t in study.trials}
-    assert {"stopped", "rejected", "failed", "completed"} <= set(by_status)
+    by_status = {t.user_attrs.get(TrialKey.STATUS): t.number for t in study.trials}
+    assert {Status.STOPPED, Status.REJECTED, Status.FAILED, Status.COMPLETED} <= set(by_status)
     pages = [("/", "studies-list", None), (_study_path(NAME), "trial-table", None)]
     pages += [(f"{_study_path(NAME)}/trial/{by_status[s]}", "trial-state", s)
-              for s in ("stopped", "rejected", "failed")]
+              for s in (Status.STOPPED, Status.REJECTED, Status.FAILED)]
     for path, ready, status in pages:
         browser.get(server + path)
         _wait(lambda ready=ready: browser.find_elements(By.CSS_SELECTOR, f"#{ready} td"), path)
@@ -519,7 +520,7 @@ def test_the_front_draws_first_and_each_view_when_opened(browser: Any, server: s
     assert sum(t["n"] for t in seen["Timeline"]["traces"]) == sum(
         t.datetime_start is not None for t in study.trials)
     names = {t["name"].split(" (")[0] for t in seen["Learning curves"]["traces"]}
-    assert {"completed", "stopped"} <= names
+    assert {Status.COMPLETED, Status.STOPPED} <= names
     _shot(browser, "08-views.png", height=2200)
     browser.set_window_size(1400, 1000)
 
@@ -660,15 +661,15 @@ def test_compare_on_one_reference_point(browser: Any, server: str, study_url: st
                       to_study_name=copy)
     other = optuna.create_study(storage=study_url, study_name=two,
                                 directions=["maximize", "minimize"])
-    other.set_user_attr("nas.objectives", ["accuracy", "params"])
+    other.set_user_attr(StudyKey.OBJECTIVES, ["accuracy", "params"])
     for accuracy, params in ((0.5, 20_000), (0.7, 40_000), (0.6, 50_000)):
         other.add_trial(optuna.trial.create_trial(values=[accuracy, params]))
     try:
         stored = optuna.load_study(study_name=NAME, storage=study_url).user_attrs[
-            "nas.reference"]
+            StudyKey.REFERENCE]
         copied = optuna.load_study(study_name=copy, storage=study_url)
         looser = [stored[0] / 2, stored[1] * 3, stored[2] * 3]  # less demanding on each
-        copied.set_user_attr("nas.reference", looser)
+        copied.set_user_attr(StudyKey.REFERENCE, looser)
         browser.get(server + _study_path(NAME))
         _wait(lambda: browser.execute_script(_TRACES), "the Pareto graph")
         _choose(browser, "compare-with", copy)
@@ -702,36 +703,36 @@ def test_values_another_tool_wrote_show_as_one_line(browser: Any, server: str,
     leaves its study's page drawn, and its own view says why. No script runs."""
     bad, odd = f"{NAME}-unreadable", f"{NAME}-odd-trial"
     broken = optuna.create_study(storage=study_url, study_name=bad, directions=["maximize"])
-    broken.set_user_attr("nas.spec", EVIL)  # a string where the study file belongs
+    broken.set_user_attr(StudyKey.SPEC, EVIL)  # a string where the study file belongs
     other = optuna.create_study(storage=study_url, study_name=odd, directions=["maximize"])
-    other.set_user_attr("nas.objectives", ["accuracy"])
+    other.set_user_attr(StudyKey.OBJECTIVES, ["accuracy"])
     other.add_trial(optuna.trial.create_trial(values=[0.5],
-                                              user_attrs={"nas.status": "completed"}))
+                                              user_attrs={TrialKey.STATUS: Status.COMPLETED}))
     # What no Optuna call writes: a stored value that is not JSON at all.
     with contextlib.closing(sqlite3.connect(str(sa.make_url(study_url).database))) as conn, conn:
-        conn.execute("UPDATE trial_user_attributes SET value_json = ? WHERE key = 'nas.status' "
+        conn.execute("UPDATE trial_user_attributes SET value_json = ? WHERE key = ? "
                      "AND trial_id IN (SELECT trial_id FROM trials JOIN studies USING (study_id) "
-                     "WHERE study_name = ?)", ("{'oops" + EVIL, odd))
+                     "WHERE study_name = ?)", ("{'oops" + EVIL, TrialKey.STATUS, odd))
     try:
         browser.get(server + "/")
         _wait(lambda: browser.find_element(By.CSS_SELECTOR, "#studies-list .unreadable"),
               "the unreadable study's mark")
         mark = _text(browser, By.CSS_SELECTOR, "#studies-list .unreadable")
-        assert "`nas.spec`" in mark and f"study '{bad}'" in mark
+        assert f"`{StudyKey.SPEC}`" in mark and f"study '{bad}'" in mark
         listed = _text(browser, By.ID, "studies-list")
         assert NAME in listed and odd in listed and EVIL in listed
         _shot(browser, "13-unreadable-listed.png")
 
         browser.get(server + _study_path(bad))
         line = _wait(lambda: browser.find_element(By.ID, "unreadable").text, "the reason")
-        assert "`nas.spec`" in line and f"study '{bad}'" in line and "\n" not in line
+        assert f"`{StudyKey.SPEC}`" in line and f"study '{bad}'" in line and "\n" not in line
 
         browser.get(server + _study_path(odd))
         _wait(lambda: browser.execute_script(_TRACES), "the Pareto graph")
         browser.get(server + _study_path(odd) + "/trial/0")
         line = _wait(lambda: browser.find_element(By.ID, "trial-problem").text,
                      "the trial's reason")
-        assert "`nas.status`" in line and f"study '{odd}', trial 0" in line
+        assert f"`{TrialKey.STATUS}`" in line and f"study '{odd}', trial 0" in line
         assert browser.find_element(By.PARTIAL_LINK_TEXT, "study").get_attribute(
             "href").endswith(_study_path(odd))  # the way back to the study
         with pytest.raises(NoAlertPresentException):

@@ -73,6 +73,7 @@ from dashboard.figures import (
 from dashboard.formatting import count, header
 from dashboard.formatting import number as format_number
 from dashboard.layout import study_href, trial_body, trial_href
+from dashboard.reader import listing_of
 from dashboard.testing import callback_body, components, first_render, post_callback
 from nas.config import ArchConfig
 from nas.errors import NasError
@@ -81,7 +82,7 @@ from studies.keys import Status, StudyKey, TrialKey
 from studies.pareto import hypervolume_history as pareto_history
 from studies.pareto import nondominated_mask, normalized_hypervolume, pareto_sweep, to_minimization
 from studies.report import study_status
-from studies.storage import StorageError
+from studies.storage import StorageError, epochs_table
 
 __all__ = ["postgres_url"]  # a fixture, imported for this module's tests
 
@@ -167,8 +168,8 @@ def test_reads_while_a_writer_holds_the_lock(study: EngineStudy, engine: sa.Engi
     writer = sqlite3.connect(sa.make_url(study.url).database or "", timeout=1)
     try:
         writer.execute("BEGIN IMMEDIATE")
-        writer.execute("INSERT INTO nas_epochs (study_name, trial_number, epoch, value) "
-                       "VALUES (?, 9, 3, 0.5)", (study.name,))
+        writer.execute(f"INSERT INTO {epochs_table.name} (study_name, trial_number, epoch, "
+                       "value) VALUES (?, 9, 3, 0.5)", (study.name,))
         assert fingerprint(engine, info.study_id, info.name) == before
         assert len(load_study(engine, info).trials) == len(PLAN)
         writer.rollback()
@@ -184,10 +185,10 @@ def test_on_postgresql(postgres_url: str) -> None:
     view = StudyView(load_study(engine, info, fingerprint(engine, info.study_id, info.name)))
     reference = optuna.load_study(study_name=made.name, storage=postgres_url)
     assert set(view.complete.number[view.front]) == {t.number for t in reference.best_trials}
-    assert view.counts == {"completed": 6, "rejected": 1, "stopped": 1, "failed": 1,
-                           "running": 1}
+    assert view.counts == {Status.COMPLETED: 6, Status.REJECTED: 1, Status.STOPPED: 1,
+                           Status.FAILED: 1, "running": 1}
     costs = view.data.trials.set_index("number").cost_params
-    assert all(costs[t.number] == t.user_attrs["nas.cost"]["params"] for t in reference.trials)
+    assert all(costs[t.number] == t.user_attrs[TrialKey.COST]["params"] for t in reference.trials)
     assert view.hypervolume == study_status(made.name, postgres_url)["hypervolume"]
     with pytest.raises(sa.exc.DBAPIError, match="read-only"), engine.begin() as conn:
         conn.execute(sa.text("DELETE FROM trial_values"))
@@ -208,10 +209,10 @@ def test_load_study_matches_optuna(view: StudyView, optuna_study: optuna.Study) 
     for t in optuna_study.trials:
         row = df.loc[t.number]
         assert row.state == t.state.name.lower()
-        assert row.status == t.user_attrs.get("nas.status", t.state.name.lower())
-        assert row.reason == t.user_attrs.get("nas.reason")
-        assert row.arch_id == t.user_attrs["nas.arch_id"]
-        assert row.cost_params == t.user_attrs["nas.cost"]["params"]
+        assert row.status == t.user_attrs.get(TrialKey.STATUS, t.state.name.lower())
+        assert row.reason == t.user_attrs.get(TrialKey.REASON)
+        assert row.arch_id == t.user_attrs[TrialKey.ARCH_ID]
+        assert row.cost_params == t.user_attrs[TrialKey.COST]["params"]
         for name in view.data.knobs:
             value = row[name]
             assert (value == t.params[name]) if name in t.params else value is None
@@ -220,7 +221,8 @@ def test_load_study_matches_optuna(view: StudyView, optuna_study: optuna.Study) 
         else:
             assert np.isnan([row.accuracy, row.params, row.madds]).all()
     statuses = view.counts
-    assert statuses == {"completed": 6, "rejected": 1, "stopped": 1, "failed": 1, "running": 1}
+    assert statuses == {Status.COMPLETED: 6, Status.REJECTED: 1, Status.STOPPED: 1,
+                        Status.FAILED: 1, "running": 1}
 
 
 def test_front_is_optunas_best_trials(view: StudyView, optuna_study: optuna.Study) -> None:
@@ -360,6 +362,20 @@ def test_list_studies(study: EngineStudy, engine: sa.Engine) -> None:
     assert (evil.trials, evil.completed, evil.stopped) == (4, 4, 0)
 
 
+def test_a_listing_of_loaded_studies_equals_the_sql_listing(engine: sa.Engine) -> None:
+    """``listing_of`` (for a reader holding its studies in memory) lists loaded studies as the
+    SQL listing lists them: the same counts by status, last activity and completed values."""
+    infos, frame = list_studies(engine)
+    loaded = [load_study(engine, study_info(engine, i.name)) for i in infos]
+    ours_infos, ours = listing_of(loaded)
+    assert [i.name for i in ours_infos] == [i.name for i in infos]
+    pd.testing.assert_frame_equal(ours, frame, check_dtype=False)
+    key = ["study_id", "number", "objective"]
+    pd.testing.assert_frame_equal(
+        ours.attrs["values"].sort_values(key).reset_index(drop=True),
+        frame.attrs["values"].sort_values(key).reset_index(drop=True), check_dtype=False)
+
+
 @pytest.mark.parametrize(("value", "kind", "shown"), [
     (950, "count", "950"), (1234, "count", "1.23k"), (123_456, "count", "123k"),
     (999_950, "count", "1M"), (1_234_567.0, "count", "1.23M"), (4.5e9, "count", "4.5G"),
@@ -372,7 +388,7 @@ def test_number_formats(value: Any, kind: Any, shown: str) -> None:
 
 
 def test_headers_are_words() -> None:
-    assert [header(k) for k in ("arch_id", "nas.arch_id", "epochs_reached", "madds",
+    assert [header(k) for k in ("arch_id", TrialKey.ARCH_ID, "epochs_reached", "madds",
                                 "attention_sharing", "param:groups")] == [
         "architecture id", "architecture id", "epochs", "MAdds", "attention sharing",
         "param groups"]
@@ -384,15 +400,15 @@ def test_load_trial(study: EngineStudy, engine: sa.Engine,
     info = study_info(engine, study.name)
     trial = load_trial(engine, info, 1)
     frozen = optuna_study.trials[1]
-    assert trial["arch"] == frozen.user_attrs["nas.arch"]
-    assert trial["cost"] == frozen.user_attrs["nas.cost"]
+    assert trial["arch"] == frozen.user_attrs[TrialKey.ARCH]
+    assert trial["cost"] == frozen.user_attrs[TrialKey.COST]
     assert trial["params"] == frozen.params
     assert [e["epoch"] for e in trial["epochs"]] == [1, 2, 3]
     assert [v for _, v in trial["intermediate"]] == [
         frozen.intermediate_values[s] for s in sorted(frozen.intermediate_values)]
     assert trial["values"] == dict(zip(info.objectives, frozen.values, strict=True))
     rejected = load_trial(engine, info, 0)
-    assert rejected["status"] == "rejected" and "params_max" in rejected["reason"]
+    assert rejected["status"] == Status.REJECTED and "params_max" in rejected["reason"]
     with pytest.raises(StorageError, match="trials are 0-9"):
         load_trial(engine, info, 10)
 

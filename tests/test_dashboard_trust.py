@@ -49,7 +49,7 @@ from dashboard.testing import callback_body, components, first_render, post_call
 from nas.errors import NasError
 from studies import StudySpec, create_study
 from studies.keys import Status, StudyKey, TrialKey
-from studies.storage import write_epoch
+from studies.storage import epochs_table, write_epoch
 from studies.stored import StoredValueError, iter_keys, trial_attrs
 
 pytestmark = pytest.mark.timeout(300)
@@ -282,19 +282,21 @@ def test_a_trial_value(crafted: Any, key: str) -> None:
 
 
 # ----------------------------------------------------------------------------- other rows
-_EPOCH = ("INSERT INTO nas_epochs (study_name, trial_number, epoch, train_loss, metric, value, "
-          "seconds, extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+# Rows written with raw SQL on purpose: what another program can leave in the tables.
+_EPOCH = (f"INSERT INTO {epochs_table.name} (study_name, trial_number, epoch, train_loss, "
+          "metric, value, seconds, extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+_EPOCHS = epochs_table.name  # the epoch rows' table, as a stored value's key names it
 _PARAM = f"UPDATE trial_params SET {{}} WHERE trial_id = {_trial_id(1)} AND param_name = 'groups'"
 ROW_CASES: dict[str, tuple[Statements, str | None]] = {
     # label: (edits, the key a trial's view names, or None where the value is read)
     **{f"epochs-extra-{label}": ([(_EPOCH, (STUDY, 1, 7, 0.1, "accuracy", 0.5, 1.0, text))],
-                                 "nas_epochs.extra")
+                                 f"{_EPOCHS}.extra")
        for label, text in (("not-json", "{oops"), ("deep", DEEP), ("list", "[1]"),
                            ("huge", HUGE))},
     "epochs-value-word": ([(_EPOCH, (STUDY, 1, 7, 0.1, "accuracy", "high", 1.0, "{}"))],
-                          "nas_epochs.value"),
+                          f"{_EPOCHS}.value"),
     "epochs-epoch-word": ([(_EPOCH, (STUDY, 1, "seventh", 0.1, "accuracy", 0.5, 1.0, "{}"))],
-                          "nas_epochs.epoch"),
+                          f"{_EPOCHS}.epoch"),
     "epochs-metric-escapes": ([(_EPOCH, (STUDY, 1, 7, 0.1, "\x1b[2J<b>acc", 0.5, 1.0, "{}"))],
                               None),
     "distribution-not-json": ([(_PARAM.format("distribution_json = '{oops'"), ())],
@@ -377,7 +379,7 @@ ZOO: Statements = [
 ]
 #: What each odd trial's view shows.
 ZOO_TRIALS = {1: f"`{TrialKey.COST}`", 2: f"`{TrialKey.STATUS}`", 3: f"`{TrialKey.ARCH}`",
-              5: "`nas_epochs.extra`"}
+              5: f"`{_EPOCHS}.extra`"}
 
 
 @pytest.fixture
@@ -541,7 +543,7 @@ def test_every_formula_start_is_neutralised(crafted: Any) -> None:
 
 # ----------------------------------------------------------------------------- fast paths
 @pytest.mark.parametrize("value", [
-    None, "completed", "running", "x" * 64, "x" * 65, "x" * 200, "\x1b[2J", 0, 3, -1, 2**62,
+    None, Status.COMPLETED, "running", "x" * 64, "x" * 65, "x" * 200, "\x1b[2J", 0, 3, -1, 2**62,
     2**63, 2.0, 2.5, True, float("nan"), float("inf"), [], {}, {"params": 1},
     {"params": -1}, {"params": True}, {"params": float("inf")}, {"params": 1, "parts": []},
     {"params": 1, "parts": {"a": 1}}, {"madds": "1"}, {"params_matrix": None}, ["a"],
