@@ -20,7 +20,7 @@ from nas.models.decoding import LayerCache, beam_search
 from nas.models.ort import BoxGeometry, EncoderLayer, ORTCaptioner, caption_tokens
 from nas.presets import PRESETS, get_preset
 from nas.radix import UNK, RadixTokenizer, WordTokenizer
-from nas.tasks import TaskGeometry
+from nas.tasks import TaskGeometry, decoder_positions, get_geometry
 from studies.export._formats import acort_options
 from studies.export._record import TrialRecord
 from studies.export.clients import acort_max_seq_length
@@ -55,7 +55,9 @@ def test_published_parameter_counts_are_exact() -> None:
 
 def test_ort_base_parts_and_madds_follow_the_hand_count() -> None:
     cost = estimate_cost(get_preset("ort-base"))
-    d, ff, r, t, v = 512, 2048, 36, 16, 10_001
+    d, ff, r, words, v = 512, 2048, 36, 16, 10_001
+    t = 1 + words  # the decoder runs on BOS + the 16-word caption, as training feeds it
+    assert t == decoder_positions(get_geometry("coco-captions"))
     enc = 4 * r * d * d + 2 * r * r * d + r * r * 64 * 8 + 2 * r * d * ff
     dec = (4 * t * d * d + 2 * t * t * d) + (2 * t * d * d + 2 * r * d * d + 2 * t * r * d) + (
         2 * t * d * ff
@@ -68,7 +70,7 @@ def test_ort_base_parts_and_madds_follow_the_hand_count() -> None:
     # acort-base: radix 768 -> 771 classes; 9,998 words (10,001 with PAD, BOS, EOS) take 2 digits
     acort = estimate_cost(get_preset("acort-base"))
     assert acort.parts["head"].params == d * 771 + 771
-    assert acort.parts["head"].madds == 2 * t * d * 771
+    assert acort.parts["head"].madds == (1 + 2 * words) * d * 771
 
 
 # ---------------------------------------------------------------------- cost model vs real network
@@ -154,7 +156,8 @@ def test_cost_model_and_export_use_the_tokenizers_digits_at_vocabulary_boundarie
         config = _tiny_config(radix_base=base, d_model=d, d_ff=16, heads=2, encoder_layers=1,
                               decoder_layers=1)
         head = estimate_cost(config, task).parts["head"].madds
-        assert head == words_per_caption * RadixTokenizer(words, base).digits * d * (base + 3)
+        positions = 1 + words_per_caption * RadixTokenizer(words, base).digits  # BOS + caption
+        assert head == positions * d * (base + 3)
 
 
 # ---------------------------------------------------------------------- box geometry
