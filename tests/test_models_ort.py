@@ -24,6 +24,7 @@ from nas.tasks import TaskGeometry, decoder_positions, get_geometry
 from studies.export._formats import acort_options
 from studies.export._record import TrialRecord
 from studies.export.clients import acort_max_seq_length
+from trainers.tasks.collate import collate
 
 TINY = TaskGeometry("tiny-captions", "caption", 50, regions=5, region_dim=16, caption_words=6)
 ORT_PRESETS = [name for name, keys in PRESETS.items() if keys["family"] == "ort"]
@@ -118,6 +119,48 @@ def test_build_uses_the_tokenizers_special_ids_and_vocabulary() -> None:
     assert model.vocab_size == TINY.num_outputs == word.vocab_size
 
 
+@pytest.mark.parametrize("radix_base", [None, 7])
+def test_cost_training_and_generation_run_the_decoder_on_the_same_positions(
+        radix_base: int | None) -> None:
+    """One convention (``nas.tasks.decoder_positions``): BOS + a full caption. The cost
+    geometry (``example_inputs``, which the latency measure runs too), what the trainer's
+    collate feeds for a caption of ``caption_words`` words, and the tokens greedy generation
+    feeds to produce such a caption and its EOS are all that many positions."""
+    words = [f"w{i}" for i in range(46)] + [UNK]
+    tokenizer = WordTokenizer(words) if radix_base is None else RadixTokenizer(words, radix_base)
+    per_word = 1 if radix_base is None else 2  # 47 words in base 7 take 2 digits
+    positions = decoder_positions(TINY, per_word)
+    assert positions == 1 + TINY.caption_words * per_word
+    model = _tiny_model(radix_base=radix_base)
+    assert model.decoder_len == positions
+    assert model.example_inputs(2)["tokens"].shape == (2, positions)
+    caption = words[:TINY.caption_words]
+    item = {"regions": torch.randn(TINY.regions, TINY.region_dim), "boxes": torch.rand(5, 4),
+            "caption": caption, "references": [caption]}
+    batch = collate("caption", [item], tokenizer)
+    assert batch["tokens"].shape == batch["targets"].shape == (1, positions)
+    assert batch["tokens"][0, 0] == tokenizer.BOS and batch["targets"][0, -1] == tokenizer.EOS
+
+    fed: list[int] = []
+    step = model.decode_step
+
+    def no_early_eos(tokens: torch.Tensor, state: Any) -> torch.Tensor:
+        fed.append(state.step)
+        logits = step(tokens, state)
+        eos = logits[:, model.eos_id].clone()
+        if state.step < positions:  # a full-length caption first, then EOS
+            logits[:, model.eos_id] = -torch.inf
+        else:
+            logits.fill_(-torch.inf)[:, model.eos_id] = eos
+        return logits
+
+    model.decode_step = no_early_eos  # type: ignore[method-assign]
+    inputs = model.example_inputs(1)
+    out = model.generate(inputs["regions"], inputs["boxes"])
+    assert fed == list(range(positions)) and out.shape == (1, positions)
+    assert out[0, -1] == model.eos_id
+
+
 def _acort_record(config: ArchConfig, task: TaskGeometry) -> TrialRecord:
     return TrialRecord(study="s", number=0, state="complete", status=None, objectives=None,
                        directions={}, arch=config, cost=None, train={}, task=task.name,
@@ -147,8 +190,8 @@ def test_cost_model_and_export_use_the_tokenizers_digits_at_vocabulary_boundarie
         assert isinstance(model, ORTCaptioner) and model.caption_len == tokens, (base, n)
         opts, _ = acort_options(_acort_record(config, task))
         length = opts[opts.index("--max_seq_length") + 1] if "--max_seq_length" in opts else None
-        expected = acort_max_seq_length(radix.digits)
-        assert length == (None if expected is None else str(expected)), (base, n)
+        expected = acort_max_seq_length(decoder_positions(task, radix.digits))
+        assert length == str(expected) == str(2 + tokens), (base, n)
     for base, n in boundary_cases()[::9]:  # the traced cost, on a sample (it is slower)
         words = [f"w{i}" for i in range(n - 1)] + [UNK]
         task = TaskGeometry("boundary", "caption", n + 3, regions=2, region_dim=8,
