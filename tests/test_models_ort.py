@@ -161,6 +161,26 @@ def test_cost_training_and_generation_run_the_decoder_on_the_same_positions(
     assert out[0, -1] == model.eos_id
 
 
+def test_the_latency_measure_runs_the_decoder_on_the_convention(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``measure_latency_ms`` times forward passes on BOS + a full caption, like the cost."""
+    import studies.worker as worker
+
+    seen: list[tuple[int, ...]] = []
+
+    def recording_model(*args: Any, **kwargs: Any) -> torch.nn.Module:
+        model = create_model(*args, **kwargs)
+        model.register_forward_pre_hook(
+            lambda m, args, kwargs: seen.append(tuple(kwargs["tokens"].shape)),
+            with_kwargs=True)
+        return model
+
+    monkeypatch.setattr(worker, "create_model", recording_model)
+    config = _tiny_config(radix_base=7)
+    assert worker.measure_latency_ms(config, TINY, repeats=2) > 0
+    assert seen == [(1, decoder_positions(TINY, 2))] * 3  # warm-up and two timed passes
+
+
 def _acort_record(config: ArchConfig, task: TaskGeometry) -> TrialRecord:
     return TrialRecord(study="s", number=0, state="complete", status=None, objectives=None,
                        directions={}, arch=config, cost=None, train={}, task=task.name,
