@@ -254,15 +254,21 @@ def test_acort_max_seq_length_by_radix_digits() -> None:
     opts, _ = acort_options(_record("acort-base", "coco-captions"))
     positions = decoder_positions(get_geometry("coco-captions"), 2)  # 10,001 words, base 768
     assert opts[opts.index("--max_seq_length") + 1] == str(positions + 1) == "34"
-    with pytest.raises(ValueError, match="decoder_positions >= 2"):
-        acort_max_seq_length(1)
+    assert acort_max_seq_length(1) == 2  # a geometry of empty captions: BOS, then EOS
+    with pytest.raises(ValueError, match="decoder_positions >= 1"):
+        acort_max_seq_length(0)
 
 
-def test_acort_without_the_geometry_says_why_no_length_is_written() -> None:
-    record = dataclasses.replace(_record("acort-base", "coco-captions"), geometry=None)
+@pytest.mark.parametrize("geometry", [
+    None, TaskGeometry("no-words", "caption", 3, regions=2, region_dim=8, caption_words=4)])
+def test_acort_without_a_caption_length_says_why_none_is_written(
+        geometry: TaskGeometry | None) -> None:
+    record = dataclasses.replace(_record("acort-base", "coco-captions"), geometry=geometry)
     opts, notes = acort_options(record)
     assert "--max_seq_length" not in opts
     assert any("--max_seq_length is not written" in n for n in notes)
+    if geometry is not None:
+        assert hf_config(record)["nas_task"]["decoder_positions"] is None
 
 
 def test_acort_refuses_unequal_depths_in_one_line() -> None:

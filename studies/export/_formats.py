@@ -318,9 +318,12 @@ def _decoder_positions(record: TrialRecord) -> int | None:
     g = record.geometry
     if g is None or g.kind != "caption":
         return None
-    from nas.radix import digits_per_word  # torch: imported only when an ort trial is exported
+    from nas.radix import NUM_SPECIAL, digits_per_word  # torch: only when an ort trial is exported
 
-    return decoder_positions(g, digits_per_word(g.num_outputs, record.arch.radix_base))
+    base = record.arch.radix_base
+    if base is not None and g.num_outputs <= NUM_SPECIAL:  # no word to write in digits
+        return None
+    return decoder_positions(g, digits_per_word(g.num_outputs, base))
 
 
 def _acort_limits(record: TrialRecord) -> list[str]:
@@ -328,9 +331,9 @@ def _acort_limits(record: TrialRecord) -> list[str]:
              for k, v in _knobs_set(record).items()
              if k not in ("attention_sharing", "layer_sharing")]
     if _decoder_positions(record) is None:
-        notes.append("the task's caption geometry is unknown here, so --max_seq_length is not "
-                     "written (the trial's caption words x tokens per word + 2 keeps its caption "
-                     "length; ACORT's default is 18)")
+        notes.append("the stored task geometry gives no caption length, so --max_seq_length is "
+                     "not written (the trial's caption words x tokens per word + 2 keeps its "
+                     "caption length; ACORT's default is 18)")
     return notes
 
 

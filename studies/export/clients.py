@@ -147,7 +147,7 @@ def acort_max_seq_length(decoder_positions: int) -> int:
     between BOS and EOS (tokenizer.py): the same words, tokens and positions as the trial's
     training. 18 for 16 words a token each (ACORT's default), 34 at two radix digits a word.
     """
-    if decoder_positions < 2:
-        raise ValueError(f"`decoder_positions >= 2` must hold (BOS and a token), but got "
+    if decoder_positions < 1:
+        raise ValueError(f"`decoder_positions >= 1` must hold (the decoder is fed BOS), but got "
                          f"{decoder_positions=}.")
     return decoder_positions + 1
