@@ -15,18 +15,19 @@ as attention keys.
 
 The last cross layer's vision stream is not run. LXMERT (Sec. 2.3) has three outputs: the
 language and vision feature sequences of the cross-modality encoder, and the cross-modality
-output, the language stream's first position ([CLS]). Fine-tuned for VQA it reads only the
-cross-modality output (Sec. 4.2; its released ``VQAModel`` and Hugging Face's
-``LxmertForQuestionAnswering`` feed only the pooled output to the answer head), so the last
-executed cross layer's vision half (cross-attention vision -> language, vision self-attention,
-vision FFN) reaches nothing the answer depends on; the vision outputs serve LXMERT's
-pre-training heads (masked object prediction), which this network does not have. The released
-encoder still computes it, because one encoder serves pre-training and fine-tuning. Here the
-network is trained for the answer only, so the forward pass skips that half: the logits are
-exactly those of the full computation (``tests/test_models_lxmert.py``), training and inference
-save its compute (8.5% of the ``lxmert`` preset's MAdds on ``vqa2``), and the cost model, which
-counts what runs, counts it out. Its parameters stay, as in LXMERT (the published 181M counts
-them, and a released checkpoint has them): ``unused_parameter_names`` lists them.
+output, the language stream's first position ([CLS]). Its answer classifiers read the
+cross-modality output (the image-QA pre-training task, Fig. 2; NLVR2's classifier, Sec. 4.2),
+and its released VQA model (``VQAModel``, as Hugging Face's ``LxmertForQuestionAnswering``)
+feeds only that pooled output to the answer head. So the last executed cross layer's vision half
+(cross-attention vision -> language, vision self-attention, vision FFN) reaches nothing the
+answer depends on; the vision outputs serve LXMERT's pre-training heads (masked object
+prediction), which this network does not have. The released encoder still computes it, because
+one encoder serves pre-training and fine-tuning. Here the network is trained for the answer
+only, so the forward pass skips that half: the logits are exactly those of the full computation
+(``tests/test_models_lxmert.py``), training and inference save its compute (8.5% of the full
+computation's MAdds for the ``lxmert`` preset on ``vqa2``), and the cost model, which counts
+what runs, counts it out. Its parameters stay, as in LXMERT (the published 181M counts them, and
+a released checkpoint has them): ``unused_parameter_names`` lists them.
 ``build(..., vision_output=True)`` runs the released encoder's full computation instead (the
 MAdds of LXMERT's own forward pass; the logits do not change).
 """
@@ -385,7 +386,8 @@ def build(
     """The LXMERT network that ``config`` describes, for the VQA geometry ``task``.
 
     ``vision_output=True`` also runs the last cross layer's vision half, as LXMERT's released
-    encoder does (same logits, 8.5% more MAdds for the ``lxmert`` preset on ``vqa2``)."""
+    encoder does (same logits; that half is 8.5% of this computation's MAdds for the
+    ``lxmert`` preset on ``vqa2``)."""
     if config.family != "lxmert":
         raise ValueError(f"`config.family` must be 'lxmert', but got {config.family!r}.")
     d = config.d_model
