@@ -17,6 +17,7 @@ __all__ = [
     "GEOMETRY_LIMITS",
     "TaskGeometry",
     "TaskKind",
+    "decoder_positions",
     "get_geometry",
 ]
 
@@ -51,7 +52,8 @@ class TaskGeometry:
         question_tokens / question_vocab: question length and its word vocabulary (vqa).
         regions / region_dim: number of region features and their width (vqa, caption).
         caption_words: caption length in words (caption); radix encoding multiplies the number
-            of decoder tokens by its digit count.
+            of decoder tokens by its digit count. The decoder runs on BOS and every token of
+            such a caption: ``decoder_positions``.
         image_size / in_chans: square image side in pixels and channels (image).
     """
 
@@ -106,6 +108,26 @@ DEFAULT_TASK: dict[str, str] = {
     "mcan": "vqa2", "lxmert": "vqa2", "ort": "coco-captions", "vit": "imagenet",
     "swin": "imagenet",
 }
+
+
+def decoder_positions(task: TaskGeometry, tokens_per_word: int = 1) -> int:
+    """Positions the caption decoder runs on for one caption of ``task``: THE sequence-length
+    convention of the cost model, the latency measure and the exports.
+
+    ``1 + caption_words * tokens_per_word``: BOS, then every token of a caption of
+    ``caption_words`` words written as ``tokens_per_word`` tokens each (radix digits,
+    ``nas.radix.digits_per_word``; 1 without radix). It is what training feeds for a full-length
+    caption (decoder input BOS + caption, target caption + EOS: ``trainers.tasks.collate``) and
+    what generating one runs (a decoding step per token fed, BOS first, the last step
+    predicting EOS: ``ORTCaptioner.generate``). Not BOS + caption[:-1]: that leaves out the
+    position whose target is EOS, which training and generation both run.
+    """
+    if task.kind != "caption":
+        raise ValueError(f"Task {task.name!r} is a {task.kind} task; only caption tasks have a "
+                         "decoder.")
+    if tokens_per_word < 1:
+        raise ValueError(f"`tokens_per_word >= 1` must hold, but got {tokens_per_word=}.")
+    return 1 + task.caption_words * tokens_per_word
 
 
 def get_geometry(name: str) -> TaskGeometry:

@@ -54,7 +54,11 @@ def _task(name: str, options: dict[str, Any]) -> TaskData:
 
 
 def measure_latency_ms(config: ArchConfig, geometry: TaskGeometry, *, repeats: int = 10) -> float:
-    """Median wall time of one forward pass on one sample (eval mode, no grad), in ms."""
+    """Median wall time of one forward pass on one sample (eval mode, no grad), in ms.
+
+    The sample is the cost model's (``example_inputs``): a caption decoder runs on BOS + a full
+    caption, ``nas.tasks.decoder_positions``, as in training; LXMERT skips what ``nas cost``
+    skips (the last cross layer's vision half)."""
     import torch
 
     from nas.models import create_model

@@ -8,6 +8,7 @@ keys and flags their code reads, listed with their sources in ``studies.export.c
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import shlex
@@ -32,13 +33,14 @@ from nas.config import ArchConfig
 from nas.cost import estimate_cost
 from nas.errors import NasError
 from nas.presets import get_preset
-from nas.tasks import TaskGeometry, get_geometry
+from nas.tasks import TaskGeometry, decoder_positions, get_geometry
 from studies import StudySpec
 from studies.export import FORMATS, export_trials
 from studies.export._formats import acort_options, hf_config, openvqa_config
 from studies.export._record import TrialRecord
 from studies.export.clients import (
     ACORT_FLAGS,
+    ACORT_RADIX_WORDS,
     OPENVQA_KEYS,
     acort_max_seq_length,
     openvqa_problems,
@@ -219,12 +221,13 @@ def _acort_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# --max_seq_length keeps the trial's 16-word captions: BOS + 16 x tokens per word + EOS
 @pytest.mark.parametrize(("preset", "overrides", "length"), [
-    ("acort-base", {}, "26"),
-    ("ort-base", {}, None),
-    ("ort-base", {"layer_sharing": {"decoder": "0,0,1,1,2,2"}}, None),
-    ("acort-small", {"radix_base": 16}, "50"),  # 4 tokens per word over 10,001 words
-    ("ort-small", {"groups": 2, "group_ffn": True, "attention_sharing": "qk"}, None),
+    ("acort-base", {}, "34"),  # 2 tokens per word over 10,001 words in base 768
+    ("ort-base", {}, "18"),  # ACORT's default
+    ("ort-base", {"layer_sharing": {"decoder": "0,0,1,1,2,2"}}, "18"),
+    ("acort-small", {"radix_base": 16}, "66"),  # 4 tokens per word
+    ("ort-small", {"groups": 2, "group_ffn": True, "attention_sharing": "qk"}, "18"),
 ])
 def test_acort_flags_parse_as_its_script_reads_them(preset, overrides, length) -> None:
     record = _record(preset, "coco-captions", **overrides)
@@ -244,9 +247,28 @@ def test_acort_flags_parse_as_its_script_reads_them(preset, overrides, length) -
 
 
 def test_acort_max_seq_length_by_radix_digits() -> None:
-    assert [acort_max_seq_length(d) for d in (1, 2, 3, 4)] == [None, 26, 38, 50]
+    """BOS + the caption's tokens + EOS. ACORT's published radix setup (12 words) is the same
+    function at its own caption length: 26 for two digits a word, 38 for three, 50 for four."""
+    assert [acort_max_seq_length(1 + ACORT_RADIX_WORDS * d) for d in (1, 2, 3, 4)] == [
+        14, 26, 38, 50]
     opts, _ = acort_options(_record("acort-base", "coco-captions"))
-    assert opts[opts.index("--max_seq_length") + 1] == "26"  # 10,001 words in base 768
+    positions = decoder_positions(get_geometry("coco-captions"), 2)  # 10,001 words, base 768
+    assert opts[opts.index("--max_seq_length") + 1] == str(positions + 1) == "34"
+    assert acort_max_seq_length(1) == 2  # a geometry of empty captions: BOS, then EOS
+    with pytest.raises(ValueError, match="decoder_positions >= 1"):
+        acort_max_seq_length(0)
+
+
+@pytest.mark.parametrize("geometry", [
+    None, TaskGeometry("no-words", "caption", 3, regions=2, region_dim=8, caption_words=4)])
+def test_acort_without_a_caption_length_says_why_none_is_written(
+        geometry: TaskGeometry | None) -> None:
+    record = dataclasses.replace(_record("acort-base", "coco-captions"), geometry=geometry)
+    opts, notes = acort_options(record)
+    assert "--max_seq_length" not in opts
+    assert any("--max_seq_length is not written" in n for n in notes)
+    if geometry is not None:
+        assert hf_config(record)["nas_task"]["decoder_positions"] is None
 
 
 def test_acort_refuses_unequal_depths_in_one_line() -> None:

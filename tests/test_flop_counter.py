@@ -6,10 +6,12 @@ built on the CPU with real weights, run once under ``torch.utils.flop_counter.Fl
 Neither counts LayerNorms (``madds_norms`` reports those apart), biases or activations.
 
 Independent of the cost model's own tracing (``nas.cost.trace_madds``, the models'
-``example_inputs``): the inputs are built here from the task geometry alone, a caption being
-``caption_words`` random words written by a real ``RadixTokenizer`` / ``WordTokenizer`` over the
-task's words, and fed as the decoder input BOS + caption[:-1]; ``nn.LSTM`` runs with oneDNN off,
-so the counter sees its GEMMs instead of an opaque ``mkldnn_rnn_layer``.
+``example_inputs``): the inputs are built here from the task geometry alone, and batched as
+training batches them (``trainers.tasks.collate``). A caption is ``caption_words`` random words
+(a full-length caption), written by a real ``RadixTokenizer`` / ``WordTokenizer`` over the task's
+words; the decoder is fed what training feeds, BOS + the whole caption
+(``nas.tasks.decoder_positions`` positions). ``nn.LSTM`` runs with oneDNN off, so the counter
+sees its GEMMs instead of an opaque ``mkldnn_rnn_layer``.
 
 The random architectures are drawn by the shipped search spaces (``search_spaces/*.yaml``, every
 knob they search, plus the group-wise knobs and radix bases for ORT and window sizes that pad for
@@ -38,8 +40,9 @@ from nas.cost import estimate_cost
 from nas.models import create_model, resolve_task
 from nas.presets import PRESETS, get_preset
 from nas.radix import UNK, RadixTokenizer, WordTokenizer
-from nas.tasks import TaskGeometry
+from nas.tasks import TaskGeometry, decoder_positions
 from search_spaces import SearchSpace, load_space
+from trainers.tasks.collate import collate
 
 CASES_PER_FAMILY = 8
 
@@ -134,9 +137,13 @@ def _inputs(config: ArchConfig, task: TaskGeometry, gen: torch.Generator) -> dic
     tokenizer = (WordTokenizer(words) if config.radix_base is None
                  else RadixTokenizer(words, config.radix_base))
     picks = torch.randint(0, len(words), (task.caption_words,), generator=gen).tolist()
-    caption = tokenizer.encode([words[i] for i in picks], add_special=False)
-    tokens = torch.tensor([[tokenizer.BOS, *caption[:-1]]])  # teacher forcing: BOS + caption[:-1]
-    return {"regions": regions, "boxes": boxes, "tokens": tokens}
+    caption = [words[i] for i in picks]
+    item = {"regions": regions[0], "boxes": boxes[0], "caption": caption,
+            "references": [caption]}
+    batch = collate("caption", [item], tokenizer)  # what the trainer feeds the decoder
+    per_word = tokenizer.digits if isinstance(tokenizer, RadixTokenizer) else 1
+    assert batch["tokens"].shape == (1, decoder_positions(task, per_word))
+    return {key: batch[key] for key in ("regions", "boxes", "tokens")}
 
 
 def _counted_madds(config: ArchConfig, task: TaskGeometry) -> int:

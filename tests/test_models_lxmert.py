@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 import torch
 from modelcheck import check_against_materialised, random_knobs, random_pattern
+from torch.utils.flop_counter import FlopCounterMode
 
 from nas.config import ArchConfig
-from nas.cost import estimate_cost
+from nas.cost import estimate_cost, model_cost
 from nas.layers import Attention
 from nas.models.lxmert import LXMERT, CrossLayer, build
 from nas.presets import PRESETS, get_preset
@@ -40,19 +41,32 @@ def _backbone_params(d: int, d_ff: int, *, k: int = 1, ws: bool = False, languag
     return (language + vision) * single + cross * cross_layer
 
 
-def _backbone_madds(d: int, d_ff: int, lq: int = 14, lr: int = 100) -> int:
-    """Dense LXMERT backbone MAdds by knobs.md's rules."""
+def _attention(d: int, l_q: int, l_k: int) -> int:
+    return 2 * l_q * d * d + 2 * l_k * d * d + 2 * l_q * l_k * d
+
+
+def _dead_vision_madds(d: int, d_ff: int, lq: int = 14, lr: int = 100) -> int:
+    """The last cross layer's vision half: cross-attention vision -> language, vision
+    self-attention and vision FFN."""
+    return _attention(d, lr, lq) + _attention(d, lr, lr) + 2 * lr * d * d_ff
+
+
+def _backbone_madds(d: int, d_ff: int, lq: int = 14, lr: int = 100, *,
+                    vision_output: bool = False) -> int:
+    """Dense LXMERT backbone MAdds by knobs.md's rules; the last cross layer's vision half only
+    with ``vision_output`` (as LXMERT's released encoder computes it)."""
 
     def attention(l_q: int, l_k: int) -> int:
-        return 2 * l_q * d * d + 2 * l_k * d * d + 2 * l_q * l_k * d
+        return _attention(d, l_q, l_k)
 
     def ffn(tokens: int) -> int:
         return 2 * tokens * d * d_ff
 
     cross = attention(lq, lr) + attention(lr, lq) + attention(lq, lq) + attention(lr, lr)
-    return 9 * (attention(lq, lq) + ffn(lq)) + 5 * (attention(lr, lr) + ffn(lr)) + 5 * (
+    full = 9 * (attention(lq, lq) + ffn(lq)) + 5 * (attention(lr, lr) + ffn(lr)) + 5 * (
         cross + ffn(lq) + ffn(lr)
     )
+    return full if vision_output else full - _dead_vision_madds(d, d_ff, lq, lr)
 
 
 def test_dense_backbone_params_follow_the_structure() -> None:
@@ -76,6 +90,22 @@ def test_dense_backbone_madds_follow_hand_written_accounting() -> None:
     assert cost.parts["backbone"].madds == _backbone_madds(768, 3072)
     assert cost.params == sum(p.params for p in cost.parts.values())
     assert cost.madds == sum(p.madds for p in cost.parts.values())
+
+
+def test_the_released_encoders_count_adds_the_dead_vision_half() -> None:
+    """Run as LXMERT's released encoder runs (``vision_output``), the backbone does the whole
+    last cross layer: 8.5% more of the preset's MAdds, the same parameters."""
+    config, vqa = get_preset("lxmert"), get_geometry("vqa2")
+    skipped = estimate_cost(config)
+    released = model_cost(build(config, vqa, device="meta", vision_output=True), config, vqa)
+    assert released.parts["backbone"].madds == _backbone_madds(768, 3072, vision_output=True) \
+        == 9_989_271_552
+    assert released.madds - skipped.madds == _dead_vision_madds(768, 3072) == 859_779_072
+    assert round(100 * (released.madds - skipped.madds) / released.madds, 1) == 8.5
+    assert released.params == skipped.params
+    assert released.parts["backbone"].params == skipped.parts["backbone"].params
+    for part in ("embedding", "head"):
+        assert released.parts[part] == skipped.parts[part]
 
 
 def test_outside_parts_follow_lxmert() -> None:
@@ -161,6 +191,53 @@ def test_padding_tokens_and_zero_regions_do_not_change_the_answer() -> None:
         assert torch.allclose(model(padded_q, padded_r, padded_b), out, atol=1e-5)
         extra_q = torch.cat([q, torch.full((3, 1), 3, dtype=q.dtype)], dim=1)
         assert not torch.allclose(model(extra_q, r, b), out, atol=1e-5)
+
+
+@pytest.mark.parametrize("changes", [
+    {}, {"cross_layers": 1}, {"layer_sharing": {"cross": "(0x2)"}},
+    {"layer_sharing": {"cross": "0,1"}, "groups": 2, "group_attention": True},
+])
+def test_skipping_the_dead_vision_half_leaves_the_answer_exactly_unchanged(
+        changes: dict[str, Any]) -> None:
+    """The forward pass skips the last cross layer's vision half; the released encoder's full
+    computation (``vision_output=True``) gives the very same logits with the same weights, and
+    the skipped modules do not run at the last depth."""
+    config = _small().replace(**changes)
+    torch.manual_seed(0)
+    skipping = build(config, TINY).eval()
+    released = build(config, TINY, vision_output=True).eval()
+    released.load_state_dict(skipping.state_dict())
+    last = _cross_layer(skipping, config.sharing_pattern("cross")[-1])
+    calls: list[str] = []
+    for name in ("cross", "visn_self", "visn_output"):
+        getattr(last, name).register_forward_hook(
+            lambda m, args, out, name=name: calls.append(name))
+    inputs = skipping.example_inputs(3)
+    with torch.no_grad():
+        got, expected = skipping(**inputs), released(**inputs)
+    assert torch.equal(got, expected)
+    depth = config.stacks["cross"]
+    runs = config.sharing_pattern("cross").count(config.sharing_pattern("cross")[-1])
+    # each earlier depth the module runs at: both directions and the vision half; the last:
+    # language attends to vision only
+    assert calls.count("cross") == 2 * runs - 1 and calls.count("visn_self") == runs - 1
+    assert calls.count("visn_output") == runs - 1 and depth >= runs
+
+
+def test_the_counter_sees_the_dead_half_only_in_the_released_computation() -> None:
+    """PyTorch's own counter on the real network: the released computation does exactly the
+    dead vision half's MAdds more (hand count), and the skipping one what ``nas cost`` says."""
+    config = _small()
+    torch.manual_seed(0)
+    counts = []
+    for vision_output in (False, True):
+        model = build(config, TINY, vision_output=vision_output).eval()
+        counter = FlopCounterMode(display=False)
+        with torch.no_grad(), counter:
+            model(**model.example_inputs(1))
+        counts.append(int(counter.get_total_flops()) // 2)
+    assert counts[0] == estimate_cost(config, TINY).madds
+    assert counts[1] - counts[0] == _dead_vision_madds(48, 96, lq=6, lr=5)
 
 
 def test_only_the_vision_half_of_the_last_cross_layer_is_unused() -> None:

@@ -20,10 +20,11 @@ from nas.models.decoding import LayerCache, beam_search
 from nas.models.ort import BoxGeometry, EncoderLayer, ORTCaptioner, caption_tokens
 from nas.presets import PRESETS, get_preset
 from nas.radix import UNK, RadixTokenizer, WordTokenizer
-from nas.tasks import TaskGeometry
+from nas.tasks import TaskGeometry, decoder_positions, get_geometry
 from studies.export._formats import acort_options
 from studies.export._record import TrialRecord
 from studies.export.clients import acort_max_seq_length
+from trainers.tasks.collate import collate
 
 TINY = TaskGeometry("tiny-captions", "caption", 50, regions=5, region_dim=16, caption_words=6)
 ORT_PRESETS = [name for name, keys in PRESETS.items() if keys["family"] == "ort"]
@@ -55,7 +56,9 @@ def test_published_parameter_counts_are_exact() -> None:
 
 def test_ort_base_parts_and_madds_follow_the_hand_count() -> None:
     cost = estimate_cost(get_preset("ort-base"))
-    d, ff, r, t, v = 512, 2048, 36, 16, 10_001
+    d, ff, r, words, v = 512, 2048, 36, 16, 10_001
+    t = 1 + words  # the decoder runs on BOS + the 16-word caption, as training feeds it
+    assert t == decoder_positions(get_geometry("coco-captions"))
     enc = 4 * r * d * d + 2 * r * r * d + r * r * 64 * 8 + 2 * r * d * ff
     dec = (4 * t * d * d + 2 * t * t * d) + (2 * t * d * d + 2 * r * d * d + 2 * t * r * d) + (
         2 * t * d * ff
@@ -68,7 +71,7 @@ def test_ort_base_parts_and_madds_follow_the_hand_count() -> None:
     # acort-base: radix 768 -> 771 classes; 9,998 words (10,001 with PAD, BOS, EOS) take 2 digits
     acort = estimate_cost(get_preset("acort-base"))
     assert acort.parts["head"].params == d * 771 + 771
-    assert acort.parts["head"].madds == 2 * t * d * 771
+    assert acort.parts["head"].madds == (1 + 2 * words) * d * 771
 
 
 # ---------------------------------------------------------------------- cost model vs real network
@@ -116,6 +119,68 @@ def test_build_uses_the_tokenizers_special_ids_and_vocabulary() -> None:
     assert model.vocab_size == TINY.num_outputs == word.vocab_size
 
 
+@pytest.mark.parametrize("radix_base", [None, 7])
+def test_cost_training_and_generation_run_the_decoder_on_the_same_positions(
+        radix_base: int | None) -> None:
+    """One convention (``nas.tasks.decoder_positions``): BOS + a full caption. The cost
+    geometry (``example_inputs``, which the latency measure runs too), what the trainer's
+    collate feeds for a caption of ``caption_words`` words, and the tokens greedy generation
+    feeds to produce such a caption and its EOS are all that many positions."""
+    words = [f"w{i}" for i in range(46)] + [UNK]
+    tokenizer = WordTokenizer(words) if radix_base is None else RadixTokenizer(words, radix_base)
+    per_word = 1 if radix_base is None else 2  # 47 words in base 7 take 2 digits
+    positions = decoder_positions(TINY, per_word)
+    assert positions == 1 + TINY.caption_words * per_word
+    model = _tiny_model(radix_base=radix_base)
+    assert model.decoder_len == positions
+    assert model.example_inputs(2)["tokens"].shape == (2, positions)
+    caption = words[:TINY.caption_words]
+    item = {"regions": torch.randn(TINY.regions, TINY.region_dim), "boxes": torch.rand(5, 4),
+            "caption": caption, "references": [caption]}
+    batch = collate("caption", [item], tokenizer)
+    assert batch["tokens"].shape == batch["targets"].shape == (1, positions)
+    assert batch["tokens"][0, 0] == tokenizer.BOS and batch["targets"][0, -1] == tokenizer.EOS
+
+    fed: list[int] = []
+    step = model.decode_step
+
+    def no_early_eos(tokens: torch.Tensor, state: Any) -> torch.Tensor:
+        fed.append(state.step)
+        logits = step(tokens, state)
+        eos = logits[:, model.eos_id].clone()
+        if state.step < positions:  # a full-length caption first, then EOS
+            logits[:, model.eos_id] = -torch.inf
+        else:
+            logits.fill_(-torch.inf)[:, model.eos_id] = eos
+        return logits
+
+    model.decode_step = no_early_eos  # type: ignore[method-assign]
+    inputs = model.example_inputs(1)
+    out = model.generate(inputs["regions"], inputs["boxes"])
+    assert fed == list(range(positions)) and out.shape == (1, positions)
+    assert out[0, -1] == model.eos_id
+
+
+def test_the_latency_measure_runs_the_decoder_on_the_convention(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``measure_latency_ms`` times forward passes on BOS + a full caption, like the cost."""
+    import studies.worker as worker
+
+    seen: list[tuple[int, ...]] = []
+
+    def recording_model(*args: Any, **kwargs: Any) -> torch.nn.Module:
+        model = create_model(*args, **kwargs)
+        model.register_forward_pre_hook(
+            lambda m, args, kwargs: seen.append(tuple(kwargs["tokens"].shape)),
+            with_kwargs=True)
+        return model
+
+    monkeypatch.setattr(worker, "create_model", recording_model)
+    config = _tiny_config(radix_base=7)
+    assert worker.measure_latency_ms(config, TINY, repeats=2) > 0
+    assert seen == [(1, decoder_positions(TINY, 2))] * 3  # warm-up and two timed passes
+
+
 def _acort_record(config: ArchConfig, task: TaskGeometry) -> TrialRecord:
     return TrialRecord(study="s", number=0, state="complete", status=None, objectives=None,
                        directions={}, arch=config, cost=None, train={}, task=task.name,
@@ -145,8 +210,8 @@ def test_cost_model_and_export_use_the_tokenizers_digits_at_vocabulary_boundarie
         assert isinstance(model, ORTCaptioner) and model.caption_len == tokens, (base, n)
         opts, _ = acort_options(_acort_record(config, task))
         length = opts[opts.index("--max_seq_length") + 1] if "--max_seq_length" in opts else None
-        expected = acort_max_seq_length(radix.digits)
-        assert length == (None if expected is None else str(expected)), (base, n)
+        expected = acort_max_seq_length(decoder_positions(task, radix.digits))
+        assert length == str(expected) == str(2 + tokens), (base, n)
     for base, n in boundary_cases()[::9]:  # the traced cost, on a sample (it is slower)
         words = [f"w{i}" for i in range(n - 1)] + [UNK]
         task = TaskGeometry("boundary", "caption", n + 3, regions=2, region_dim=8,
@@ -154,7 +219,8 @@ def test_cost_model_and_export_use_the_tokenizers_digits_at_vocabulary_boundarie
         config = _tiny_config(radix_base=base, d_model=d, d_ff=16, heads=2, encoder_layers=1,
                               decoder_layers=1)
         head = estimate_cost(config, task).parts["head"].madds
-        assert head == words_per_caption * RadixTokenizer(words, base).digits * d * (base + 3)
+        positions = 1 + words_per_caption * RadixTokenizer(words, base).digits  # BOS + caption
+        assert head == positions * d * (base + 3)
 
 
 # ---------------------------------------------------------------------- box geometry

@@ -26,7 +26,13 @@ class FamilyModel(nn.Module):
 
     def example_inputs(self, batch: int = 1) -> dict[str, torch.Tensor]:
         """Inputs of the task geometry, on the model's device (``meta`` included), such that
-        ``self(**self.example_inputs())`` runs the cost-defining forward pass."""
+        ``self(**self.example_inputs())`` runs the cost-defining forward pass: the cost model,
+        the latency measure and the memory estimate run it.
+
+        The lengths are what training feeds: ``question_tokens`` question tokens and
+        ``regions`` regions (vqa), ``image_size`` pixels a side (image), and for a caption
+        decoder the input of a full-length caption, BOS + its tokens
+        (``nas.tasks.decoder_positions``)."""
         raise NotImplementedError
 
     @property

@@ -12,13 +12,31 @@ Around the backbone: BERT embeddings (word, position, token type, LN), LXMERT's 
 encoder ``(LN(W_f f) + LN(W_b box)) / 2``, the pooler (first language token, dense + tanh) and the
 VQA head. Padding: question tokens with id 0 and regions whose features are all zero are masked
 as attention keys.
+
+The last cross layer's vision stream is not run. LXMERT (Sec. 2.3) has three outputs: the
+language and vision feature sequences of the cross-modality encoder, and the cross-modality
+output, the language stream's first position ([CLS]). Its answer classifiers read the
+cross-modality output (the image-QA pre-training task, Fig. 2; NLVR2's classifier, Sec. 4.2),
+and its released VQA model (``VQAModel``, as Hugging Face's ``LxmertForQuestionAnswering``)
+feeds only that pooled output to the answer head. So the last executed cross layer's vision half
+(cross-attention vision -> language, vision self-attention, vision FFN) reaches nothing the
+answer depends on; the vision outputs serve LXMERT's pre-training heads (masked object
+prediction), which this network does not have. The released encoder still computes it, because
+one encoder serves pre-training and fine-tuning. Here the network is trained for the answer
+only, so the forward pass skips that half: the logits are exactly those of the full computation
+(``tests/test_models_lxmert.py``), training and inference save its compute (8.5% of the full
+computation's MAdds for the ``lxmert`` preset on ``vqa2``), and the cost model, which counts
+what runs, counts it out. Its parameters stay, as in LXMERT (the published 181M counts them, and
+a released checkpoint has them): ``unused_parameter_names`` lists them.
+``build(..., vision_output=True)`` runs the released encoder's full computation instead (the
+MAdds of LXMERT's own forward pass; the logits do not change).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, overload
 
 import torch
 from torch import nn
@@ -146,12 +164,25 @@ class CrossLayer(nn.Module):
         self.lang_output = FeedForwardBlock(dim, ffn=ffn, **kw)
         self.visn_output = FeedForwardBlock(dim, ffn=ffn, **kw)
 
+    @overload
+    def forward(self, lang: torch.Tensor, visn: torch.Tensor, lang_mask: Mask = ...,
+                visn_mask: Mask = ..., *, vision: Literal[True] = ...,
+                ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    @overload
+    def forward(self, lang: torch.Tensor, visn: torch.Tensor, lang_mask: Mask = ...,
+                visn_mask: Mask = ..., *, vision: bool,
+                ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+
     def forward(
         self, lang: torch.Tensor, visn: torch.Tensor, lang_mask: Mask = None,
-        visn_mask: Mask = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``lang`` (B, L, d) and ``visn`` (B, R, d) -> both updated."""
+        visn_mask: Mask = None, *, vision: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``lang`` (B, L, d) and ``visn`` (B, R, d) -> both updated; with ``vision=False``
+        only the language stream is computed and the vision result is None."""
         lang_att = self.cross(lang, visn, visn_mask)  # (B, L, d)
+        if not vision:
+            return self.lang_output(self.lang_self(lang_att, mask=lang_mask)), None
         visn_att = self.cross(visn, lang, lang_mask)  # (B, R, d)
         lang_att = self.lang_self(lang_att, mask=lang_mask)
         visn_att = self.visn_self(visn_att, mask=visn_mask)
@@ -180,10 +211,17 @@ class CrossStack(nn.Module):
 
     def forward(
         self, lang: torch.Tensor, visn: torch.Tensor, lang_mask: Mask = None,
-        visn_mask: Mask = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        for _, layer in self.stack.executed():
-            lang, visn = layer(lang, visn, lang_mask, visn_mask)
+        visn_mask: Mask = None, *, vision_output: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Both streams through every executed layer; ``vision_output=False`` skips the last
+        executed layer's vision half (its result is then None)."""
+        layers = [layer for _, layer in self.stack.executed()]
+        for depth, layer in enumerate(layers):
+            last = depth == len(layers) - 1
+            lang, out = layer(lang, visn, lang_mask, visn_mask, vision=vision_output or not last)
+            if out is None:
+                return lang, None
+            visn = out
         return lang, visn
 
 
@@ -264,10 +302,12 @@ class LXMERT(FamilyModel):
         vision: SingleStreamStack,
         cross: CrossStack,
         dropout: float = 0.1,
+        vision_output: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        self.vision_output = vision_output
         if question_tokens > MAX_POSITIONS:
             raise ValueError(
                 f"`question_tokens <= {MAX_POSITIONS}` must hold (BERT positions), but got "
@@ -291,14 +331,17 @@ class LXMERT(FamilyModel):
         self, question: torch.Tensor, regions: torch.Tensor, boxes: torch.Tensor
     ) -> torch.Tensor:
         """``question`` (B, Lq) long (0 = padding), ``regions`` (B, R, region_dim), ``boxes``
-        (B, R, 4) normalised corners -> logits (B, A)."""
+        (B, R, 4) normalised corners -> logits (B, A).
+
+        The last cross layer's vision half runs only with ``vision_output`` (module docstring):
+        the head reads the language stream's first position alone."""
         lang_mask = (question != 0)[:, None, None, :]  # (B, 1, 1, Lq)
         visn_mask = (regions.abs().sum(dim=-1) != 0)[:, None, None, :]  # (B, 1, 1, R)
         lang = self.embeddings(question)  # (B, Lq, d)
         visn = self.visual_encoder(regions, boxes)  # (B, R, d)
         lang = self.language(lang, lang_mask)
         visn = self.vision(visn, visn_mask)
-        lang, visn = self.cross(lang, visn, lang_mask, visn_mask)
+        lang, _ = self.cross(lang, visn, lang_mask, visn_mask, vision_output=self.vision_output)
         return self.classifier(self.pooler(lang[:, 0]))  # (B, A)
 
     def unused_parameter_names(self) -> list[str]:
@@ -306,8 +349,9 @@ class LXMERT(FamilyModel):
 
         As in LXMERT, the VQA head reads only the language stream, so the vision self-attention
         and FFN of the last executed cross layer are dead for this task (LXMERT keeps them for its
-        pre-training heads). With cross-layer sharing they are live when that module also runs
-        at an earlier depth.
+        pre-training heads); the forward pass does not run them unless ``vision_output``. With
+        cross-layer sharing they are live when that module also runs at an earlier depth (its
+        computation at the last depth is skipped all the same).
         """
         pattern = self.cross.stack.pattern
         if pattern.count(pattern[-1]) > 1:
@@ -337,8 +381,13 @@ def build(
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
     dropout: float = 0.1,
+    vision_output: bool = False,
 ) -> LXMERT:
-    """The LXMERT network that ``config`` describes, for the VQA geometry ``task``."""
+    """The LXMERT network that ``config`` describes, for the VQA geometry ``task``.
+
+    ``vision_output=True`` also runs the last cross layer's vision half, as LXMERT's released
+    encoder does (same logits; that half is 8.5% of this computation's MAdds for the
+    ``lxmert`` preset on ``vqa2``)."""
     if config.family != "lxmert":
         raise ValueError(f"`config.family` must be 'lxmert', but got {config.family!r}.")
     d = config.d_model
@@ -365,6 +414,7 @@ def build(
         vision=SingleStreamStack(stack("vision", SingleStreamLayer)),
         cross=CrossStack(stack("cross", CrossLayer)),
         dropout=dropout,
+        vision_output=vision_output,
         device=device,
         dtype=dtype,
     )

@@ -36,7 +36,8 @@ _Device = torch.device | str | None
 
 
 def caption_tokens(task: TaskGeometry, radix_base: int | None) -> int:
-    """Decoder tokens of one caption of ``task``: words, times the digits per word with radix.
+    """Tokens of one full caption of ``task``: words, times the digits per word with radix (the
+    decoder runs on BOS + these: ``nas.tasks.decoder_positions``).
 
     ``task.num_outputs`` is the word-level vocabulary with PAD, BOS and EOS; the digits index its
     words only, as the tokenizer writes them (``nas.radix.digits_per_word``).
@@ -233,9 +234,12 @@ class ORTCaptioner(FamilyModel):
     """Object relation transformer captioner.
 
     ``forward(regions, boxes, tokens)`` is teacher forcing: ``tokens`` (B, T) is the decoder input
-    (BOS + caption[:-1]) and the result is next-token logits (B, T, V). Regions whose features are
-    all zero are padding unless ``region_mask`` says otherwise; PAD tokens are masked as keys.
-    ``generate`` runs greedy or beam search with the cached ``decode_step``.
+    (BOS + caption, whose targets are caption + EOS) and the result is next-token logits
+    (B, T, V). ``caption_len`` is the tokens of a full caption (``caption_tokens``); the decoder
+    runs on ``decoder_len`` = BOS + those positions (``nas.tasks.decoder_positions``) in
+    training, in generation and in the cost geometry (``example_inputs``). Regions whose
+    features are all zero are padding unless ``region_mask`` says otherwise; PAD tokens are
+    masked as keys. ``generate`` runs greedy or beam search with the cached ``decode_step``.
     """
 
     PARTS: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -254,6 +258,7 @@ class ORTCaptioner(FamilyModel):
         kw: dict[str, Any] = {"device": device, "dtype": dtype}
         self.vocab_size, self.num_regions, self.region_dim = vocab_size, num_regions, region_dim
         self.caption_len = caption_len
+        self.decoder_len = caption_len + 1  # BOS + the caption: nas.tasks.decoder_positions
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
 
         def attention() -> Attention:
@@ -336,9 +341,10 @@ class ORTCaptioner(FamilyModel):
         """Caption token ids (B, <= max_len) after BOS: EOS kept, PAD after it.
 
         ``beam_size=1`` is greedy decoding; ``max_len`` defaults to a caption of the task plus
-        EOS. Decode the result with the tokenizer (``RadixTokenizer.decode`` for radix models).
+        EOS, whose decoding steps feed ``decoder_len`` tokens (BOS + the caption), as training
+        does. Decode the result with the tokenizer (``RadixTokenizer.decode`` for radix models).
         """
-        max_len = self.caption_len + 1 if max_len is None else max_len
+        max_len = self.decoder_len if max_len is None else max_len  # caption + EOS
         self.token_embed.ensure_positions(max_len)  # a caption of max_len tokens after BOS
         state = self.start_decoding(regions, boxes, region_mask)
         if beam_size == 1:
@@ -347,7 +353,8 @@ class ORTCaptioner(FamilyModel):
 
     # ------------------------------------------------------------------ cost geometry
     def example_inputs(self, batch: int = 1) -> dict[str, torch.Tensor]:
-        """Random regions, valid boxes and a BOS-led caption of the task geometry."""
+        """Random regions, valid boxes and the decoder input of a full-length caption: BOS and
+        ``caption_len`` ordinary tokens, ``decoder_len`` positions (what training feeds)."""
         device, dtype = self.device, self.head.weight.dtype
         b, r = batch, self.num_regions
         corners = torch.rand(b, r, 2, 2, device=device, dtype=dtype)  # (B, R, xy, 2 samples)
@@ -356,7 +363,7 @@ class ORTCaptioner(FamilyModel):
         first = min(self.pad_id, self.bos_id, self.eos_id)
         # ordinary tokens: [3, V) after the word tokenizer's specials, [0, v) before radix ones
         low_id, high_id = (3, self.vocab_size) if first == 0 else (0, first)
-        tokens = torch.randint(low_id, high_id, (b, self.caption_len), device=device)
+        tokens = torch.randint(low_id, high_id, (b, self.decoder_len), device=device)
         tokens[:, 0] = self.bos_id
         return {
             "regions": torch.randn(b, r, self.region_dim, device=device, dtype=dtype),

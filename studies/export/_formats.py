@@ -23,6 +23,7 @@ import yaml
 from nas.config import drop_rate
 from nas.errors import NasError
 from nas.knobs import FAMILY_NAMES, KNOBS
+from nas.tasks import decoder_positions
 from nas.timm_registry import timm_model_args
 from studies.export._checkpoint import Checkpoint, read_checkpoint
 from studies.export._record import TrialRecord
@@ -214,7 +215,8 @@ def _hf_task_keys(record: TrialRecord, g: Any) -> tuple[dict[str, Any], dict[str
                  "bos_token_id": bos, "eos_token_id": eos, "decoder_start_token_id": bos},
                 {"radix_base": v, "word_vocab_size": g.num_outputs,
                  "visual_feat_dim": g.region_dim, "num_regions": g.regions,
-                 "max_caption_words": g.caption_words})
+                 "max_caption_words": g.caption_words,
+                 "decoder_positions": _decoder_positions(record)})
     return {"vocab_size": g.question_vocab, "num_labels": g.num_outputs}, {
         "visual_feat_dim": g.region_dim, "num_regions": g.regions,
         "max_question_length": g.question_tokens}
@@ -311,22 +313,27 @@ def _openvqa(record: TrialRecord) -> str:
 
 
 # ----------------------------------------------------------------------------- acort
-def _radix_digits(record: TrialRecord) -> int | None:
-    base, g = record.arch.radix_base, record.geometry
-    if base is None or g is None:
+def _decoder_positions(record: TrialRecord) -> int | None:
+    """Positions the trial's decoder ran on (``nas.tasks.decoder_positions``), if known."""
+    g = record.geometry
+    if g is None or g.kind != "caption":
         return None
-    from nas.radix import digits_per_word  # torch: imported only when an ort trial is exported
+    from nas.radix import NUM_SPECIAL, digits_per_word  # torch: only when an ort trial is exported
 
-    return digits_per_word(g.num_outputs, base)
+    base = record.arch.radix_base
+    if base is not None and g.num_outputs <= NUM_SPECIAL:  # no word to write in digits
+        return None
+    return decoder_positions(g, digits_per_word(g.num_outputs, base))
 
 
 def _acort_limits(record: TrialRecord) -> list[str]:
     notes = [f"ACORT has no option for {k}={v}: it builds the dense layers"
              for k, v in _knobs_set(record).items()
              if k not in ("attention_sharing", "layer_sharing")]
-    if record.arch.radix_base is not None and _radix_digits(record) is None:
-        notes.append("the task's vocabulary is unknown here, so --max_seq_length is not written "
-                     "(26 for two radix digits per word, 38 for three)")
+    if _decoder_positions(record) is None:
+        notes.append("the stored task geometry gives no caption length, so --max_seq_length is "
+                     "not written (the trial's caption words x tokens per word + 2 keeps its "
+                     "caption length; ACORT's default is 18)")
     return notes
 
 
@@ -337,12 +344,11 @@ def acort_options(record: TrialRecord) -> tuple[list[str], list[str]]:
     opts = ["--caption_model", "relation_transformer"]
     if a.radix_base is not None:
         opts += ["--tokenizer", "radix", "--radix_base", str(a.radix_base)]
-        digits = _radix_digits(record)
-        length = acort_max_seq_length(digits) if digits is not None else None
-        if length is not None:
-            opts += ["--max_seq_length", str(length)]
     else:
         opts += ["--tokenizer", "word"]
+    positions = _decoder_positions(record)
+    if positions is not None:  # the caption length the trial trained on, BOS + caption + EOS
+        opts += ["--max_seq_length", str(acort_max_seq_length(positions))]
     opts += ["--d_model", str(a.d_model), "--dim_feedforward", str(a.d_ff),
              "--num_heads", str(a.heads), "--num_layers", str(a.encoder_layers)]
     if a.attention_sharing != "none":

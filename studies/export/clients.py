@@ -20,6 +20,7 @@ from typing import Any
 
 __all__ = [
     "ACORT_FLAGS",
+    "ACORT_RADIX_WORDS",
     "ACORT_SHARE_ATT",
     "OPENVQA_FEAT_SIZE",
     "OPENVQA_KEYS",
@@ -112,7 +113,8 @@ ACORT_FLAGS: dict[str, str] = {
     "--id": "sparse_caption/opts.py (names the run's folder)",
     "--tokenizer": "sparse_caption/tokenizer.py (word, radix, ...)",
     "--radix_base": "sparse_caption/tokenizer.py",
-    "--max_seq_length": "sparse_caption/opts.py; the ACORT scripts pass 26 with --tokenizer radix",
+    "--max_seq_length": "sparse_caption/data/collate.py: including <BOS> and <EOS>, default 18; "
+                        "the ACORT scripts pass 26 with --tokenizer radix",
     "--d_model": _TRANSFORMER,
     "--dim_feedforward": _TRANSFORMER,
     "--num_layers": f"{_TRANSFORMER}: one depth for the encoder and the decoder",
@@ -127,17 +129,25 @@ ACORT_FLAGS: dict[str, str] = {
 ACORT_SHARE_ATT = ("kv", "qk")
 
 
-#: Words a caption keeps in ACORT's radix setup: its scripts pass --max_seq_length 26 with two
-#: tokens per word (base 768 over MS-COCO's vocabulary), and its RadixTokenizer.encode keeps
-#: (max_seq_length - 2) // tokens_per_word + 2 word tokens (sparse_caption/tokenizer.py), i.e.
-#: 12 words between <bos> and <eos>.
+#: Words a caption keeps in ACORT's published radix setup: its scripts pass --max_seq_length 26
+#: with two tokens per word (base 768 over MS-COCO's vocabulary), and its RadixTokenizer.encode
+#: keeps (max_seq_length - 2) // tokens_per_word + 2 word tokens (sparse_caption/tokenizer.py),
+#: i.e. 12 words between <bos> and <eos>: ``acort_max_seq_length(1 + 12 * 2) == 26``. The
+#: export writes the trial's own caption length instead (``acort_max_seq_length``).
 ACORT_RADIX_WORDS = 12
 
 
-def acort_max_seq_length(digits: int) -> int | None:
-    """``--max_seq_length`` that keeps ACORT's 12 caption words at ``digits`` radix tokens per
-    word: 12 * digits + 2 (26 for two digits, as ACORT's scripts pass; 38 for three); ``None``
-    for one digit (a word per token: ACORT's default applies)."""
-    if digits <= 1:
-        return None
-    return ACORT_RADIX_WORDS * digits + 2
+def acort_max_seq_length(decoder_positions: int) -> int:
+    """``--max_seq_length`` under which ACORT's decoder runs on ``decoder_positions`` positions
+    (``nas.tasks.decoder_positions``: BOS + the caption's tokens): one more, for the EOS.
+
+    ACORT reads it as the "maximum sequence length including <BOS> and <EOS>"
+    (sparse_caption/data/collate.py), feeds ``seqs[:, :-1]`` to the decoder
+    (models/transformer.py) and, with radix, keeps (max_seq_length - 2) // tokens_per_word words
+    between BOS and EOS (tokenizer.py): the same words, tokens and positions as the trial's
+    training. 18 for 16 words a token each (ACORT's default), 34 at two radix digits a word.
+    """
+    if decoder_positions < 1:
+        raise ValueError(f"`decoder_positions >= 1` must hold (the decoder is fed BOS), but got "
+                         f"{decoder_positions=}.")
+    return decoder_positions + 1

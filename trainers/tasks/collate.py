@@ -39,7 +39,10 @@ def _stack(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
 def _tokens(
     captions: Sequence[Sequence[str]], tokenizer: CaptionTokenizer
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Decoder inputs ``BOS + ids[:-1]`` and targets ``ids[1:]``, (B, T) each, PAD-padded."""
+    """Decoder inputs ``BOS + ids[:-1]`` and targets ``ids[1:]``, (B, T) each, PAD-padded.
+
+    ``ids`` is ``[BOS, caption..., EOS]``, so the decoder runs on BOS + the whole caption: for a
+    full-length caption T is ``nas.tasks.decoder_positions``, the length the cost counts."""
     ids = [tokenizer.encode(list(c)) for c in captions]  # [BOS, ..., EOS] each
     length = max(len(seq) for seq in ids) - 1
     tokens = torch.full((len(ids), length), tokenizer.PAD, dtype=torch.long)
