@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 from nas.errors import NasError
 from nas_cli.main import main as nas_main
 from studies import StudySpec, counted_trials, create_study, load_existing, run_study, searcher
-from studies.engine import close_interrupted
+from studies.record import close_interrupted
 from studies.storage import read_epochs
 from trainers import TrainConfig, get_task
 from trainers.loop import evaluate, load_checkpoint
