@@ -23,7 +23,6 @@ from dash import Input, Output
 from dashboard import figures, layout
 from dashboard._cache import StudyCache
 from dashboard.pages import studies, study, trial, views
-from dashboard.pages._common import formats as _formats  # noqa: F401  (tests read it here)
 from dashboard.pages._common import guarded, page_error
 from dashboard.reader import SqlReader, StudyReader
 

@@ -26,7 +26,6 @@ from search_spaces._distributions import (
     parse_distribution,
 )
 from search_spaces._knobs import (
-    ARCH_ORDER,
     BOOL_KNOBS,
     CHOICE_KNOBS,
     DERIVED,
@@ -35,7 +34,9 @@ from search_spaces._knobs import (
     STACK_DEPTH_KEYS,
     TRAIN_FIXED,
     accepts,
+    arch_keys,
     numeric_kind,
+    registered,
     train_fields,
 )
 from search_spaces._schemes import SCHEMES
@@ -72,9 +73,9 @@ def parse_arch(raw: Any, base: ArchConfig) -> dict[str, Distribution]:
     for key, spec in raw.items():
         if key == "family":
             raise ConfigError("arch.family cannot be searched: the family is fixed by `base`.")
-        if key not in ARCH_ORDER:
+        if key not in arch_keys():
             raise ConfigError(
-                f"Unknown arch knob {key!r}; valid knobs are {sorted(ARCH_ORDER)} "
+                f"Unknown arch knob {key!r}; valid knobs are {sorted(arch_keys())} "
                 f"({', '.join(DERIVED)} are derived widths)."
             )
         where = f"arch.{key}"
@@ -96,7 +97,8 @@ def parse_arch(raw: Any, base: ArchConfig) -> dict[str, Distribution]:
             labels = [depth_label(c) for c in choices]
             out[key] = parse_distribution(where, {"choices": labels}, None)
         else:
-            numeric: Numeric = "int" if key in INT_KNOBS or key == "radix_base" else None
+            numeric: Numeric = "int" if key in INT_KNOBS or key == "radix_base" or any(
+                k.kind == "int" for k in registered(key)) else None
             out[key] = parse_distribution(where, spec, numeric)
     return out
 
@@ -141,11 +143,12 @@ def _values(arch: Mapping[str, Distribution], key: str, default: Any) -> Sequenc
 def _check_limits(arch: Mapping[str, Distribution]) -> None:
     """Every integer knob's choices, or its range's ends, within ``1..limit``: checked before
     anything walks a range's values."""
+    plugin = {k.name: k for k in registered() if k.kind == "int"}
     for key, dist in arch.items():
-        limit = _KNOB_LIMITS.get(key)
+        limit = _KNOB_LIMITS.get(key) or (plugin[key].high if key in plugin else None)
         if limit is None:
             continue
-        low = 2 if key == "radix_base" else 1
+        low = 2 if key == "radix_base" else plugin[key].minimum if key in plugin else 1
         for value in ends(dist):
             if value is None and key == "radix_base":
                 continue
@@ -159,18 +162,20 @@ def _check_limits(arch: Mapping[str, Distribution]) -> None:
 def _check_types(base: ArchConfig, arch: Mapping[str, Distribution]) -> None:
     for key, dist in arch.items():
         where = f"arch.{key}"
-        if key.partition(".")[0] not in ARCH_ORDER:
-            raise ConfigError(f"Unknown arch knob {key!r}; valid knobs are {sorted(ARCH_ORDER)}.")
+        if key.partition(".")[0] not in arch_keys():
+            raise ConfigError(f"Unknown arch knob {key!r}; valid knobs are {sorted(arch_keys())}.")
+        row = next(iter(registered(key)), None)  # a plugin's knob: its row's kind and choices
+        choices = CHOICE_KNOBS.get(key) or (row.choices if row is not None else ())
         for value in dist.values():
-            if key in INT_KNOBS and (
+            if (key in INT_KNOBS or (row is not None and row.kind == "int")) and (
                 isinstance(value, bool) or not isinstance(value, int) or value < 1
             ):
                 raise ConfigError(f"{where} values must be integers >= 1, but got {value!r}.")
-            if key in BOOL_KNOBS and not isinstance(value, bool):
+            if (key in BOOL_KNOBS or (row is not None and row.kind == "bool")) and (
+                    not isinstance(value, bool)):
                 raise ConfigError(f"{where} choices must be true/false, but got {value!r}.")
-            if key in CHOICE_KNOBS and value not in CHOICE_KNOBS[key]:
-                raise ConfigError(f"{where} choices must be in {list(CHOICE_KNOBS[key])}, got "
-                                  f"{value!r}.")
+            if choices and value not in choices:
+                raise ConfigError(f"{where} choices must be in {list(choices)}, got {value!r}.")
             if (key == "attention_sharing" and value == "qv"
                     and get_family(base.family).cross_attention):
                 raise ConfigError(

@@ -30,7 +30,10 @@ __all__ = [
     "TABLE_DRAWN",
     "TRAIN_FIXED",
     "accepts",
+    "arch_keys",
+    "drawn_knobs",
     "numeric_kind",
+    "registered",
     "train_fields",
 ]
 
@@ -68,6 +71,29 @@ ARCH_ORDER = (*_BY_HAND, *_FIRST_DRAWN, *(
 #: The knobs ``SearchSpace.suggest`` and ``params_for`` handle generically from their table row
 #: (``layer_sharing``'s row marks where the stacks' patterns are drawn).
 TABLE_DRAWN: tuple[Knob, ...] = tuple(by_name(key) for key in ARCH_ORDER if key not in _BY_HAND)
+
+
+
+def registered(key: str | None = None) -> tuple[Knob, ...]:
+    """The knobs plugins registered (``nas.registry.register_knob``), in order; with ``key``,
+    that knob's row alone (empty when no plugin registered it)."""
+    from nas.registry import plugin_knobs
+
+    rows = plugin_knobs()
+    return rows if key is None else tuple(k for k in rows if k.name == key)
+
+
+def arch_keys() -> tuple[str, ...]:
+    """Every ``arch`` key a space may search: :data:`ARCH_ORDER`, then the plugins' knobs."""
+    return (*ARCH_ORDER, *(k.name for k in registered()))
+
+
+def drawn_knobs() -> tuple[Knob, ...]:
+    """The knobs ``suggest`` and ``params_for`` handle from their rows, in drawing order: the
+    table's (:data:`TABLE_DRAWN`), then the plugins' (drawn last, so a space made before a
+    plugin existed draws what it drew)."""
+    return (*TABLE_DRAWN, *registered())
+
 
 #: TrainConfig fields a space may not search: the study owns them (fidelity, seed, resources).
 TRAIN_FIXED = ("epochs", "seed", "device", "amp", "max_steps_per_epoch", "eval_batch_size",

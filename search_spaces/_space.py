@@ -23,9 +23,10 @@ from nas.presets import PRESETS, get_preset
 from search_spaces._checks import check_arch, depth_label, parse_arch, parse_train
 from search_spaces._distributions import Distribution
 from search_spaces._knobs import (
-    ARCH_ORDER,
     DEPTH_KNOBS,
     TABLE_DRAWN,
+    arch_keys,
+    drawn_knobs,
     train_fields,
 )
 from search_spaces._schemes import format_sharing, resolve_sharing
@@ -52,8 +53,8 @@ def _resolve_base(base: Any) -> ArchConfig:
 
 
 def _sort_key(key: str) -> int:
-    knob = key.partition(".")[0]
-    return ARCH_ORDER.index(knob) if knob in ARCH_ORDER else len(ARCH_ORDER)  # refused later
+    knob, order = key.partition(".")[0], arch_keys()
+    return order.index(knob) if knob in order else len(order)  # refused later
 
 
 @dataclass(frozen=True)
@@ -201,16 +202,17 @@ class SearchSpace:
             values["d_ff"] = pick("d_ff", base.d_ff)
 
         def get(key: str) -> Any:  # a knob drawn (or fixed) so far
-            return values[key] if key in values else getattr(base, key)
+            return values[key] if key in values else base.knob(key)
 
-        # The other knobs from their table rows: each drawn only where its condition holds.
-        for knob in TABLE_DRAWN:
+        # The other knobs from their rows (the table's, then the plugins'): each drawn only where
+        # its condition holds.
+        for knob in drawn_knobs():
             key = knob.name
             if key == "layer_sharing":
                 if self.family != "swin":
                     values[key] = self._suggest_sharing(trial, values)
             elif knob.condition is None or knob.condition.holds(get):
-                values[key] = pick(key, getattr(base, key))
+                values[key] = pick(key, base.knob(key))
             else:
                 values[key] = knob.condition.inactive
         config = ArchConfig.from_dict(values)
@@ -264,7 +266,7 @@ class SearchSpace:
             params[key] = value
 
         def effective(key: str) -> Any:  # the value suggest() conditions on
-            return getattr(config if key in arch else base, key)
+            return (config if key in arch else base).knob(key)
 
         for key in DEPTH_KNOBS:
             put(key, getattr(config, key))
@@ -281,11 +283,11 @@ class SearchSpace:
                               f"not a whole multiple of d_model={config.d_model} (ffn_ratio).")
         put("ffn_ratio", config.d_ff // config.d_model)
         put("d_ff", config.d_ff)
-        for knob in TABLE_DRAWN:  # what suggest() asks for, where it asks
+        for knob in drawn_knobs():  # what suggest() asks for, where it asks
             if knob.name == "layer_sharing":
                 params.update(self._sharing_params(config))
             elif knob.condition is None or knob.condition.holds(effective):
-                put(knob.name, getattr(config, knob.name))
+                put(knob.name, config.knob(knob.name))
         params.update(self._train_params(train or {}, config.family))
         self._check_rebuilds(config, params)
         return params

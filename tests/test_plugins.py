@@ -124,6 +124,32 @@ def test_a_broken_plugin_is_one_warning_line(tmp_path: Path, monkeypatch) -> Non
             ArchConfig.from_dict({"family": "broken"})
 
 
+def test_a_search_space_draws_the_plugin_knob(plugin: Path) -> None:
+    import optuna
+
+    from search_spaces import SearchSpace
+
+    base = {"family": "tinyenc", "d_model": 32, "d_ff": 64, "heads": 2, "encoder_layers": 2,
+            "patch_size": 8}
+    space = SearchSpace.from_dict({"name": "s", "base": base,
+                                   "arch": {"pool_tokens": {"low": 1, "high": 8}}})
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    drawn = set()
+    for _ in range(12):
+        trial = study.ask()
+        config, _ = space.suggest(trial)
+        assert config.knob("pool_tokens") == trial.params["pool_tokens"]
+        assert space.params_for(config) == trial.params  # the way back, for enqueued trials
+        drawn.add(trial.params["pool_tokens"])
+    assert len(drawn) > 1 and drawn <= set(range(1, 9))
+    # Its row's bounds and kind hold in a space as in a config.
+    for arch, match in (({"pool_tokens": {"low": 1, "high": 65}}, "pool_tokens <= 64"),
+                        ({"pool_tokens": {"choices": [True]}}, "integers"),
+                        ({"pool_tokenz": {"choices": [1]}}, "Unknown arch knob 'pool_tokenz'")):
+        with pytest.raises(ConfigError, match=match):
+            SearchSpace.from_dict({"name": "s", "base": base, "arch": arch})
+
+
 @pytest.mark.slow
 def test_a_smoke_study_and_its_exports_on_the_plugin_family(plugin: Path, tmp_path: Path) -> None:
     import ray
@@ -134,7 +160,8 @@ def test_a_smoke_study_and_its_exports_on_the_plugin_family(plugin: Path, tmp_pa
         space = {"name": "tinyenc-space",
                  "base": {"family": "tinyenc", "d_model": 32, "d_ff": 64, "heads": 2,
                           "encoder_layers": 2, "patch_size": 8},
-                 "arch": {"groups": {"choices": [1, 2]}, "group_ffn": {"choices": [False, True]}}}
+                 "arch": {"groups": {"choices": [1, 2]}, "group_ffn": {"choices": [False, True]},
+                          "pool_tokens": {"choices": [1, 4]}}}
         data = h.study_dict("plugin-smoke", space=space, smoke=True, budget={"trials": 2},
                             fidelity={"epochs": 1})
         data.pop("constraints", None)
@@ -147,6 +174,9 @@ def test_a_smoke_study_and_its_exports_on_the_plugin_family(plugin: Path, tmp_pa
     done = [t for t in trials if t.state == TrialState.COMPLETE]
     assert len(done) == 2, [(t.number, t.user_attrs.get("nas.reason")) for t in trials]
     assert all(t.user_attrs["nas.arch"]["family"] == "tinyenc" for t in done)
+    for t in done:  # the plugin's knob was searched: drawn by Optuna, stored in the trial's arch
+        arch = ArchConfig.from_dict(t.user_attrs["nas.arch"])
+        assert arch.knob("pool_tokens") == t.params["pool_tokens"] in (1, 4)
     number = done[0].number
     for fmt in ("yaml", "json", "torch"):
         out = tmp_path / fmt
@@ -160,8 +190,8 @@ def test_a_smoke_study_and_its_exports_on_the_plugin_family(plugin: Path, tmp_pa
     assert script.returncode == 0 and "output (2, 10)" in script.stdout, script.stderr
     # the dashboard: its data over the study, the app, the formats it offers for the family
     from dashboard import create_app
-    from dashboard.app import _formats
     from dashboard.data import load_study, open_readonly, study_info
+    from dashboard.pages._common import formats as _formats
 
     engine = open_readonly(url)
     data = load_study(engine, study_info(engine, "plugin-smoke"))
