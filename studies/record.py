@@ -284,11 +284,12 @@ def close_interrupted(run: StudyRun, trials: Iterable[_TrialRef] | None = None, 
 
 def record_epoch(run: StudyRun, trial: _TrialRef, report: Mapping[str, Any]) -> None:
     """One epoch a trial reported: a ``nas_epochs`` row (``epoch``, ``train_loss``, ``metric``,
-    ``value``, ``seconds``, ``extra``; a re-sent epoch replaces nothing) and, when the value is
-    a finite number, Optuna's intermediate value at that step (see the module's note)."""
+    ``value``, ``seconds``, ``extra``) and, when the value is a finite number, Optuna's
+    intermediate value at that step (see the module's note). A re-sent epoch (a trial Tune
+    retried) replaces neither: both hold the first report."""
     epoch = int(report["epoch"])
-    write_epoch(run.storage, run.spec.name, trial.number, {**report, "epoch": epoch})
+    new = write_epoch(run.storage, run.spec.name, trial.number, {**report, "epoch": epoch})
     value = report.get("value")
-    if isinstance(value, (int, float)) and math.isfinite(value):
+    if new and isinstance(value, (int, float)) and math.isfinite(value):
         with session(run.storage.url):
             run.storage.set_trial_intermediate_value(trial._trial_id, epoch, float(value))
