@@ -373,7 +373,7 @@ def check_space(spec: StudySpec, space: SearchSpace, geometry: TaskGeometry,
     space's training parameters of each draw) are checked as the trainer checks them.
     """
     from nas.cost import estimate_cost
-    from studies.searcher import broken_constraints
+    from studies.constraints import broken_constraints
     from trainers import TrainConfig
 
     base = base_settings(spec)

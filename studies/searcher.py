@@ -41,8 +41,8 @@ from studies._pace import Pace
 from studies._progress import Progress
 from studies._tally import Tally
 from studies._trials import StudyRun, base_settings, suggest
+from studies.constraints import cost_dict, violations
 from studies.record import Status, TrialKey
-from studies.spec import StudySpec
 from studies.storage import StorageError, session
 
 if TYPE_CHECKING:  # the cost model (torch) is imported when the first trial is costed
@@ -71,33 +71,6 @@ def _estimate_cost(config: Any, geometry: TaskGeometry) -> Cost:
     from nas.cost import estimate_cost
 
     return estimate_cost(config, geometry)
-
-
-def cost_dict(cost: Cost) -> dict[str, Any]:
-    return {"params": cost.params, "params_matrix": cost.params_matrix, "madds": cost.madds,
-            "parts": {k: vars(v) for k, v in cost.parts.items()}}
-
-
-def broken_constraints(spec: StudySpec, cost: Cost) -> list[str]:
-    """The constraint keys (``params_max``, ...) that ``cost`` breaks; latency is measured
-    after training and checked then."""
-    out = []
-    for key, limit in spec.constraints.items():
-        name, bound = key.rsplit("_", 1)
-        value = getattr(cost, name, None)
-        if value is None:
-            continue
-        if (bound == "max" and value > limit) or (bound == "min" and value < limit):
-            out.append(key)
-    return out
-
-
-def violations(spec: StudySpec, cost: Cost) -> str | None:
-    """The first constraint ``cost`` breaks, as a phrase; None when it meets them all."""
-    for key in broken_constraints(spec, cost):
-        name = key.rsplit("_", 1)[0]
-        return f"{name} {getattr(cost, name):,} breaks {key}={spec.constraints[key]:,.0f}"
-    return None
 
 
 def _result_key(arch_id: str, settings: dict[str, Any]) -> str:
