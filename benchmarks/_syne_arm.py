@@ -29,7 +29,7 @@ def main() -> None:
     from syne_tune.backend import LocalBackend
     from syne_tune.config_space import randint
     from syne_tune.experiments import load_experiment
-    from syne_tune.optimizer.schedulers.multiobjective import MOASHA
+    from syne_tune.optimizer.schedulers.multiobjective.moasha import MOASHA
 
     logging.getLogger("syne_tune").setLevel(logging.WARNING)
     job: dict[str, Any] = json.loads(Path(sys.argv[1]).read_text())
