@@ -59,6 +59,7 @@ from _search_arms import (
 )
 
 from studies.pareto import hypervolume_history
+from studies.samplers import SAMPLERS
 
 TASKS = {
     "digits": Task("digits", "digits", "quickstart", smoke=False, epochs=4, params_max=2.0e5,
@@ -210,6 +211,8 @@ def main() -> None:
     bad = [t for t in tasks if t not in TASKS] + [a for a in arms if a not in ARMS]
     if bad or not tasks or not arms:
         parser.error(f"unknown task or arm {bad}; tasks: {', '.join(TASKS)}; arms: a,b,c,d,e")
+    if args.sampler is not None and args.sampler not in SAMPLERS:
+        parser.error(f"unknown sampler {args.sampler!r}; one of {', '.join(SAMPLERS)}")
     seeds = args.seeds or (1 if args.quick else 5)
     trials = args.trials or (6 if args.quick else 12)
     sampler = {"name": args.sampler} if args.sampler else None
