@@ -41,7 +41,9 @@ def main() -> None:
     tuner = Tuner(
         trial_backend=LocalBackend(entry_point=job["trial_script"], binary=job["python"]),
         scheduler=scheduler,
-        stop_criterion=StoppingCriterion(max_num_trials_finished=job["trials"]),
+        # Stops once more than ``trials - 1`` trials started, then lets those running finish:
+        # ``trials`` trials in all, as the other arms ask.
+        stop_criterion=StoppingCriterion(max_num_trials_started=job["trials"] - 1),
         n_workers=job["workers"], sleep_time=0.5, results_update_interval=60.0,
         print_update_interval=3600.0, save_tuner=False, tuner_name=job["name"],
         wait_trial_completion_when_stopping=True,

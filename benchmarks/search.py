@@ -30,6 +30,10 @@ engine's ``study_reference`` and checked against what the engine stores), over t
 trained to the full epochs. Printed per task and arm: the median final hypervolume with its
 min-max, the seeds on which (a) is at least that arm, and the epochs (a) needed to reach that
 arm's median final hypervolume with the ratio to that arm's epochs; and the issue's targets.
+
+Time: ``--quick`` (1 seed, 6 trials) took 14 minutes on two cores shared with other jobs (load
+about 10, 2026-11-25); the default (5 seeds, 12 trials) was not run: scaled from that it needs
+well over an hour on such a machine; on an idle one it is unmeasured.
 """
 
 from __future__ import annotations
