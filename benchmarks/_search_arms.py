@@ -191,7 +191,8 @@ def syne_arm(task: Task, tmp: Path, name: str, seed: int, trials: int,
         "workers": WORKERS, "grace": task.grace, "reduction_factor": task.reduction_factor,
         "seed": seed}))
     proc = subprocess.run([str(syne_python), str(here / "_syne_arm.py"), str(job_file),
-                           str(out_file)], capture_output=True, text=True, check=False)
+                           str(out_file)], capture_output=True, text=True, check=False,
+                          cwd=tmp)  # Syne Tune writes files into its working folder
     if proc.returncode != 0 or not out_file.exists():
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return f"Syne Tune's run failed (exit {proc.returncode}): {tail}"
