@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test lint install clean system-deps
+.PHONY: demo test lint install clean system-deps bench-env
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,17 @@ test: $(TEST_STAMP) system-deps
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+# The search benchmark's own environment for its Syne Tune arm (benchmarks/search.py, arm (e)):
+# a separate venv, so `make test` never needs syne-tune.
+BENCH_VENV := .venv-bench
+
+bench-env: $(BENCH_VENV)/.installed
+
+$(BENCH_VENV)/.installed: benchmarks/requirements-syne.txt
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet -r benchmarks/requirements-syne.txt
+	touch $@
 
 clean:
 	rm -rf $(VENV) build *.egg-info
