@@ -45,8 +45,8 @@ from nas.cost import estimate_cost
 from nas.tasks import TaskGeometry
 from search_spaces import load_space
 from studies import StudySpec, create_study, run_study
-from studies.keys import Status, TrialKey
 from studies.pareto import hypervolume, normalise
+from studies.record import Status, TrialKey
 
 GEOMETRY = TaskGeometry("digits", "image", 10, image_size=32, in_chans=1)
 DIRECTIONS = ["maximize", "minimize", "minimize"]

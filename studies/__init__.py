@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from studies.engine import StudyRun, counted_trials, create_study, load_existing, run_study
+    from studies.record import OBJECTIVES
     from studies.report import list_studies, pareto_trials, study_status
-    from studies.spec import OBJECTIVES, StudySpec, load_study_spec
+    from studies.spec import StudySpec, load_study_spec
     from studies.storage import DEFAULT_STORAGE, StorageError, open_storage, resolve_storage_url
 
 _HOME = {
@@ -26,7 +27,7 @@ _HOME = {
     "list_studies": "studies.report",
     "pareto_trials": "studies.report",
     "study_status": "studies.report",
-    "OBJECTIVES": "studies.spec",
+    "OBJECTIVES": "studies.record",
     "StudySpec": "studies.spec",
     "load_study_spec": "studies.spec",
     "DEFAULT_STORAGE": "studies.storage",

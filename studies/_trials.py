@@ -14,17 +14,14 @@ import optuna
 from optuna.trial import TrialState
 
 from nas.config import ArchConfig
-from nas.errors import NasError
 from nas.tasks import TaskGeometry
 from search_spaces import SearchSpace
-from studies.keys import COUNTED_EXCLUDED, Status, TrialKey
+from studies.record import COUNTED_EXCLUDED, TrialKey
 from studies.smoke import Smoke
 from studies.spec import StudySpec
-from studies.storage import session, set_trial_user_attrs
 from studies.stored import StudyAttrs
 
-__all__ = ["Evaluator", "StudyRun", "base_settings", "counted_trials", "mark_interrupted",
-           "suggest", "tell"]
+__all__ = ["Evaluator", "StudyRun", "base_settings", "counted_trials", "suggest"]
 
 #: A training function with the signature of ``studies.worker.evaluate_trial``.
 Evaluator = Callable[..., dict[str, Any]]
@@ -68,24 +65,3 @@ def counted_trials(trials: list[optuna.trial.FrozenTrial]) -> int:
         if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
         and t.user_attrs.get(TrialKey.STATUS) not in COUNTED_EXCLUDED
     )
-
-
-def tell(run: StudyRun, trial: Any, state: TrialState, values: list[float] | None,
-         attrs: dict[str, Any]) -> None:
-    """Finish ``trial``: its user attributes (one transaction), then Optuna's ``tell``."""
-    with session(run.storage.url):
-        set_trial_user_attrs(run.storage, trial._trial_id, attrs)
-        run.study.tell(trial, values if state == TrialState.COMPLETE else None, state=state)
-
-
-def mark_interrupted(run: StudyRun, trial: Any,
-                     reason: str = "the run ended while this trial was waiting or training"
-                     ) -> None:
-    """Close a trial this run started but will not finish, and enqueue it again."""
-    try:
-        tell(run, trial, TrialState.FAIL, None, {
-            TrialKey.STATUS: Status.INTERRUPTED, TrialKey.REASON: reason})
-        if trial.params:
-            run.study.enqueue_trial(trial.params, user_attrs={TrialKey.RERUN_OF: trial.number})
-    except NasError:
-        pass

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from nas.errors import ConfigError, NasError, RunAborted
 from studies._trials import Evaluator, StudyRun
-from studies.keys import COUNTED_EXCLUDED, StudyKey, TrialKey
+from studies.record import COUNTED_EXCLUDED, StudyKey, TrialKey
 from studies.spec import StudySpec
 from studies.storage import session
 
@@ -131,13 +131,10 @@ def fit(run: StudyRun, evaluator: Evaluator | None, pool: int, deadline: float,
 
     spec = run.spec
     assert run.geometry is not None
+    searcher = StudySearcher(run, run.geometry, deadline=deadline, progress=progress)
     scheduler: Any = None
-    stopped: set[str] = set()
     if spec.fidelity.early_stopping == "asha" and "accuracy" in spec.objective_names:
-        scheduler = MultiObjectiveASHA(_rebuild_rungs(run))
-        stopped = scheduler.stopped
-    searcher = StudySearcher(run, run.geometry, stopped=stopped, deadline=deadline,
-                             progress=progress)
+        scheduler = MultiObjectiveASHA(_rebuild_rungs(run), on_stop=searcher.on_stop)
     blob = cloudpickle.dumps(evaluator) if evaluator is not None else None
     function = tune.with_parameters(trainable, evaluator=blob,
                                     threads=max(1, int(spec.resources.cpu)),
@@ -211,9 +208,9 @@ def _rebuild_rungs(run: StudyRun) -> Rungs:
     from studies.storage import read_epochs
 
     spec = run.spec
-    cost_names = [o.name for o in spec.objectives if o.name in ("params", "madds")]
-    directions = [o.direction for o in spec.objectives if o.name == "accuracy"] + [
-        o.direction for o in spec.objectives if o.name in cost_names]
+    cost_names = [o.name for o in spec.objectives if o.source == "cost"]
+    directions = [o.direction for o in spec.objectives if o.source == "metric"] + [
+        o.direction for o in spec.objectives if o.source == "cost"]
     rungs = Rungs(spec.fidelity.grace_epochs, spec.fidelity.reduction_factor,
                        spec.fidelity.epochs, directions)
     with session(run.storage.url):

@@ -13,7 +13,7 @@ take one metric).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,22 +88,26 @@ class MultiObjectiveASHA(FIFOScheduler):
     """Tune scheduler: STOP a trial at a rung where :class:`Rungs` says so.
 
     It reads the per-epoch reports of ``studies.worker.trainable`` (``kind: epoch``, ``epoch``,
-    ``value``) and each trial's ``number`` and ``cost_vector`` from its config. ``stopped``
-    holds the Tune ids of the trials it stopped, for the searcher to record them as pruned.
+    ``value``) and each trial's ``number`` and ``cost_vector`` from its config. ``on_stop`` is
+    told the Tune id of each trial it stops and the epoch it stops at (the searcher records
+    the trial as stopped when Tune ends it).
     """
 
-    def __init__(self, rungs: Rungs) -> None:
+    def __init__(self, rungs: Rungs, *,
+                 on_stop: Callable[[str, int], None] | None = None) -> None:
         super().__init__()
         self.rungs = rungs
-        self.stopped: set[str] = set()
+        self.on_stop = on_stop
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
         value = result.get("value")
         if result.get("kind") != "epoch" or not isinstance(value, (int, float)):
             return TrialScheduler.CONTINUE
         vector = [float(value), *trial.config.get("cost_vector", [])]
-        if self.rungs.should_stop(int(trial.config["number"]), int(result["epoch"]), vector):
-            self.stopped.add(trial.trial_id)
+        epoch = int(result["epoch"])
+        if self.rungs.should_stop(int(trial.config["number"]), epoch, vector):
+            if self.on_stop is not None:
+                self.on_stop(trial.trial_id, epoch)
             return TrialScheduler.STOP
         return TrialScheduler.CONTINUE
 

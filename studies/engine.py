@@ -19,8 +19,8 @@ read from the database is data whoever can write that database chose: it runs un
 database's name, and its ``evaluator`` (code) is imported only when the person running the
 command names the same one (:func:`resolve_evaluator`).
 
-The keys of the bookkeeping (trial and study user attributes, status words) are in
-``studies.keys``. Rejected and interrupted trials do not count against the trial budget.
+What is written for the study and each trial (keys, status words, objectives) is
+``studies.record``'s. Rejected and interrupted trials do not count against the trial budget.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import math
 import os
 import sys
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -51,12 +50,12 @@ from studies._tune import fit, run_folders, tune_callbacks
 from studies.cluster import HeadWatch, check_ray_address, check_resources, connect
 from studies.fidelity import record_fidelity
 from studies.folders import check_claims, claim
-from studies.keys import Status, StudyKey, TrialKey
 from studies.lease import Lease, StudyOwned, acquire, is_stale, read_owner
+from studies.record import StudyKey, TrialKey, close_interrupted, write_study
 from studies.samplers import make_sampler
 from studies.smoke import Smoke
 from studies.spec import StudySpec, _check_name
-from studies.storage import open_storage, resolve_storage_url, session, set_trial_user_attrs
+from studies.storage import open_storage, resolve_storage_url, session
 from studies.stored import guarded, inert, parsed_trials, study_attrs
 
 __all__ = [
@@ -64,6 +63,7 @@ __all__ = [
     "check_evaluator",
     "check_ray_address",
     "check_run",
+    "close_interrupted",
     "counted_trials",
     "create_study",
     "load_existing",
@@ -339,18 +339,7 @@ def create_study(spec: StudySpec, storage_url: str | None = None, *,
         except optuna.exceptions.DuplicatedStudyError:  # created by another process just now
             raise ConfigError(f"Study {spec.name!r} already exists; continue it with "
                               f"`nas resume {spec.name}` or choose another --name.") from None
-        study.set_user_attr(StudyKey.SPEC, spec.to_dict())
-        study.set_user_attr(StudyKey.SPACE, space.to_dict())
-        study.set_user_attr(StudyKey.SPACE_HASH, space.hash)
-        study.set_user_attr(StudyKey.TRAINING_KEY, spec.training_key())
-        study.set_user_attr(StudyKey.OBJECTIVES, spec.objective_names)
-        with warnings.catch_warnings():  # experimental in Optuna, read by its own tools
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names(spec.objective_names)
-        study.set_user_attr(StudyKey.GEOMETRY, asdict(geometry))
-        study.set_user_attr(StudyKey.REFERENCE, reference)
-        for key, value in (attrs or {}).items():
-            study.set_user_attr(key, value)
+        write_study(study, spec, space, geometry, reference, attrs)
         for label, params in enqueued:
             study.enqueue_trial(params, user_attrs={TrialKey.ENQUEUED: label})
         for params, user_attrs in trials:
@@ -384,7 +373,7 @@ def check_space(spec: StudySpec, space: SearchSpace, geometry: TaskGeometry,
     space's training parameters of each draw) are checked as the trainer checks them.
     """
     from nas.cost import estimate_cost
-    from studies.searcher import broken_constraints
+    from studies.constraints import broken_constraints
     from trainers import TrainConfig
 
     base = base_settings(spec)
@@ -472,11 +461,11 @@ def study_reference(spec: StudySpec, space: SearchSpace, geometry: TaskGeometry,
     for objective in spec.objectives:
         name = objective.name
         limit = spec.constraints.get(f"{name}_max")
-        if name == "accuracy":
+        if objective.source == "metric":
             out.append(float(chance))
         elif limit is not None:
             out.append(float(limit))
-        elif name in ("params", "madds"):
+        elif objective.source == "cost":
             out.append(float(largest_cost(space, geometry, "params" if name == "params"
                                           else "madds", spec.smoke)))
         else:
@@ -573,26 +562,6 @@ def _read(storage: optuna.storages.RDBStorage, name: str) -> tuple[
         optuna.Study, dict[str, Any], list[optuna.trial.FrozenTrial]]:
     study = optuna.load_study(study_name=name, storage=storage)
     return study, study.user_attrs, study.get_trials(deepcopy=False)
-
-
-def close_interrupted(run: StudyRun, *, reason: str = "the process running the study stopped "
-                      "while this trial ran") -> int:
-    """Close trials a crash left RUNNING as failed, and enqueue their parameters again.
-
-    A trial killed between ``ask`` and the drawing of its parameters has no configuration to
-    run again: it is only closed (the sampler draws a fresh one in its place).
-    """
-    storage, n = run.storage, 0
-    with session(storage.url):
-        for t in run.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            set_trial_user_attrs(storage, t._trial_id, {
-                TrialKey.STATUS: Status.INTERRUPTED, TrialKey.REASON: reason})
-            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-            if t.params:  # killed after its configuration was drawn: run that again
-                run.study.enqueue_trial(t.params, user_attrs={TrialKey.RERUN_OF: t.number},
-                                        skip_if_exists=False)
-            n += 1
-    return n
 
 
 @dataclass(frozen=True)

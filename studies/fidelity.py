@@ -13,7 +13,7 @@ import numpy as np
 from optuna.trial import FrozenTrial, TrialState
 
 from studies._trials import StudyRun
-from studies.keys import StudyKey
+from studies.record import StudyKey
 from studies.storage import session
 from studies.stored import trial_attrs
 

@@ -11,7 +11,7 @@ parameters, the budget is their number, early stopping and constraints are off, 
 as Ray Tune trials under the study's lease, and Optuna reads it as any other (same directions;
 values = promoted accuracy, params, MAdds).
 
-The links, in ``studies.keys``: each promoted trial carries ``TrialKey.SOURCE_TRIAL`` (the source
+The links, in ``studies.record``: each promoted trial carries ``TrialKey.SOURCE_TRIAL`` (the source
 trial's number) and ``TrialKey.SOURCE_VALUE`` (its proxy accuracy); the promoted study carries
 ``StudyKey.PROMOTED_FROM`` (the source's name) and ``StudyKey.FIDELITY`` (:func:`fidelity` of its
 trials: Kendall's tau-b and Spearman's rho between proxy and promoted accuracy over the ``pairs``
@@ -34,10 +34,11 @@ from nas.errors import ConfigError
 from nas.tasks import TaskGeometry
 from studies._trials import Evaluator, StudyRun
 from studies.fidelity import fidelity, rank_agreement, record_fidelity
-from studies.keys import StudyKey, TrialKey
 from studies.pareto import nondominated_mask, to_minimization
+from studies.record import StudyKey, TrialKey
 from studies.spec import StudySpec
 from studies.storage import session
+from studies.stored import parsed_trials, study_attrs
 
 __all__ = ["DEFAULT_TOP", "EPOCH_FACTOR", "Plan", "fidelity", "plan_promotion", "promote",
            "promoted_pairs", "rank_agreement", "record_fidelity", "select_trials"]
@@ -197,13 +198,14 @@ def promote(plan: Plan, *, address: str | None = None, progress: bool = True,
 def promoted_pairs(name: str, storage: optuna.storages.RDBStorage) -> list[dict[str, Any]]:
     """Each completed promoted trial of study ``name``: its number, source trial, proxy and
     promoted accuracy."""
-    study = optuna.load_study(study_name=name, storage=storage)
-    names = study.user_attrs.get(StudyKey.OBJECTIVES) or []
+    with session(storage.url):
+        study = optuna.load_study(study_name=name, storage=storage)
+        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    names = study_attrs(name, study.user_attrs, len(study.directions), full=False).objectives
     if "accuracy" not in names:
         return []
     accuracy = names.index("accuracy")
-    with session(storage.url):
-        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    return [{"number": t.number, "source_trial": t.user_attrs.get(TrialKey.SOURCE_TRIAL),
-             "proxy": t.user_attrs.get(TrialKey.SOURCE_VALUE), "promoted": t.values[accuracy]}
-            for t in trials if t.user_attrs.get(TrialKey.SOURCE_VALUE) is not None]
+    return [{"number": t.number, "source_trial": p.source_trial, "proxy": p.source_value,
+             "promoted": t.values[accuracy]}
+            for t, p in zip(trials, parsed_trials(name, trials), strict=True)
+            if p.source_value is not None]

@@ -16,9 +16,9 @@ from optuna.trial import TrialState
 from nas.errors import NasError
 from studies._trials import StudyRun, base_settings
 from studies.engine import LEASE_STALE_AFTER, counted_trials, load_existing
-from studies.keys import StudyKey
 from studies.lease import is_stale, read_owner
 from studies.pareto import fill_reference, normalized_hypervolume
+from studies.record import StudyKey
 from studies.storage import (
     UnknownStudyError,
     open_storage,

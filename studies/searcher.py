@@ -8,7 +8,10 @@ architecture (the search space), computes the cheap objectives on the meta devic
 - makes a twin of a trial in flight wait for its result,
 
 and hands Tune only what must train. ``on_trial_complete`` tells the study how the trial ended
-(complete, pruned by the scheduler, failed). ``StudyCallback`` is the searcher's view of what
+(complete, pruned by the scheduler, failed). Every ending is written through ``studies.record``
+and counted in one ``studies._tally.Tally``; the budget, the deadline and the waiting twins are
+``studies._pace.Pace``'s; the scheduler tells what it stopped through ``on_stop``.
+``StudyCallback`` is the searcher's view of what
 Tune does not show a searcher: every epoch report (written to the database as it arrives, the one
 a scheduler stops on included), the error of a failed trial, and a clock for the progress line.
 
@@ -17,11 +20,10 @@ Optuna's storage is the record: Tune's trial ids are kept only while the run liv
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
-import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -34,18 +36,14 @@ from ray.tune.stopper import Stopper
 
 from nas.errors import NasError
 from nas.tasks import TaskGeometry
+from studies import record
+from studies._pace import Pace
 from studies._progress import Progress
-from studies._trials import (
-    StudyRun,
-    base_settings,
-    counted_trials,
-    mark_interrupted,
-    suggest,
-    tell,
-)
-from studies.keys import COUNTED_EXCLUDED, Status, TrialKey
-from studies.spec import StudySpec
-from studies.storage import StorageError, session, set_trial_user_attrs, write_epoch
+from studies._tally import Tally
+from studies._trials import StudyRun, base_settings, suggest
+from studies.constraints import cost_dict, violations
+from studies.record import Status, TrialKey
+from studies.storage import StorageError, session
 
 if TYPE_CHECKING:  # the cost model (torch) is imported when the first trial is costed
     from nas.cost import Cost
@@ -68,55 +66,11 @@ def _guarded(method: _F) -> _F:
             return Searcher.FINISHED if method.__name__ == "suggest" else None
     return wrapper  # type: ignore[return-value]
 
-# A space whose every draw breaks the constraints would otherwise be sampled forever.
-MAX_REJECTED_IN_A_ROW = 200
-
 
 def _estimate_cost(config: Any, geometry: TaskGeometry) -> Cost:
     from nas.cost import estimate_cost
 
     return estimate_cost(config, geometry)
-
-
-def cost_dict(cost: Cost) -> dict[str, Any]:
-    return {"params": cost.params, "params_matrix": cost.params_matrix, "madds": cost.madds,
-            "parts": {k: vars(v) for k, v in cost.parts.items()}}
-
-
-def broken_constraints(spec: StudySpec, cost: Cost) -> list[str]:
-    """The constraint keys (``params_max``, ...) that ``cost`` breaks; latency is measured
-    after training and checked then."""
-    out = []
-    for key, limit in spec.constraints.items():
-        name, bound = key.rsplit("_", 1)
-        value = getattr(cost, name, None)
-        if value is None:
-            continue
-        if (bound == "max" and value > limit) or (bound == "min" and value < limit):
-            out.append(key)
-    return out
-
-
-def violations(spec: StudySpec, cost: Cost) -> str | None:
-    """The first constraint ``cost`` breaks, as a phrase; None when it meets them all."""
-    for key in broken_constraints(spec, cost):
-        name = key.rsplit("_", 1)[0]
-        return f"{name} {getattr(cost, name):,} breaks {key}={spec.constraints[key]:,.0f}"
-    return None
-
-
-def _objective_values(spec: StudySpec, cost: dict[str, Any],
-                      result: dict[str, Any]) -> list[float] | str:
-    """The trial's objective vector, or why there is none (a value missing or not finite)."""
-    values = {"accuracy": result.get("value"), "params": cost["params"], "madds": cost["madds"],
-              "latency_ms": result.get("latency_ms")}
-    out = []
-    for o in spec.objectives:
-        value = values[o.name]
-        if not isinstance(value, (int, float)) or not math.isfinite(value):
-            return f"the evaluator returned {o.name}={value!r}"
-        out.append(float(value))
-    return out
 
 
 def _result_key(arch_id: str, settings: dict[str, Any]) -> str:
@@ -158,37 +112,41 @@ def _known_results(trials: list[optuna.trial.FrozenTrial]) -> dict[str, _Known]:
 
 
 class StudySearcher(Searcher):
-    """Tune searcher over a stored Optuna study (its sampler, its constraints, its records).
+    """Tune searcher over a stored Optuna study, shaped as Ray's ``OptunaSearch``.
 
-    ``stopped`` is the set of Tune trial ids the scheduler stopped (recorded as pruned);
-    ``deadline`` a ``time.monotonic()`` after which no trial starts.
+    ``suggest`` asks the study's sampler for a trial, maps its parameters to an architecture,
+    costs it on the meta device, and rejects it (a constraint broken) or reuses a known result,
+    else launches it; ``on_trial_complete`` tells the study how it ended. Each ending is written
+    through ``studies.record`` and counted in ``tally``, both by the tell path alone. ``pace``
+    holds the budget, ``deadline`` (a ``time.monotonic()`` after which no trial starts), the
+    halt and the twins waiting for a trial in flight. The scheduler tells what it stopped
+    through :meth:`on_stop`.
     """
 
-    def __init__(self, run: StudyRun, geometry: TaskGeometry, *, stopped: set[str] | None = None,
-                 deadline: float = math.inf, progress: Progress | None = None) -> None:
+    def __init__(self, run: StudyRun, geometry: TaskGeometry, *, deadline: float = math.inf,
+                 progress: Progress | None = None) -> None:
         super().__init__(metric=None, mode=None)
         spec = run.spec
-        self.run, self.geometry, self.deadline, self.progress = run, geometry, deadline, progress
-        self.stopped = stopped if stopped is not None else set()
+        self.run, self.geometry, self.progress = run, geometry, progress
         with session(run.storage.url):
             trials = run.study.get_trials(deepcopy=False)
-        self.statuses = Counter(t.user_attrs.get(TrialKey.STATUS) for t in trials
-                                if t.state.is_finished())
-        self.values = [list(t.values) for t in trials if t.state == TrialState.COMPLETE]
-        self.counted = counted_trials(trials)
+        self.tally = Tally.of(trials)
         self.known = _known_results(trials)
+        self.pace: Pace[_Candidate] = Pace(spec.budget.trials, deadline)
         self.settings_base = base_settings(spec)
         self.latency = ("latency_ms" in spec.objective_names
                         or "latency_ms_max" in spec.constraints)
         self.costs: dict[str, Cost] = {}
         self.live: dict[str, _Candidate] = {}  # Tune trial id -> the trial it trains
-        self.in_flight: dict[str, int] = {}  # result key -> number of the trial training it
-        self.deferred: list[_Candidate] = []  # twins of a trial in flight: wait for its result
-        self.ready: list[_Candidate] = []  # twins whose leader did not complete: train them
         self.errored: dict[str, _Candidate] = {}  # failed in Tune, waiting for the error text
-        self.rejected_in_a_row = 0
-        self.halted = ""  # why no more trials start: a hopeless space, workers that cannot start
+        self.stopped_at: dict[str, int] = {}  # Tune trial id -> the epoch the scheduler stopped
         self.fault = ""  # a database or disk fault met in a Tune hook: the run stops
+
+    @property
+    def halted(self) -> str:
+        """Why no more trials start ('' while they may): a hopeless space, workers that cannot
+        start."""
+        return self.pace.halted
 
     # ------------------------------------------------------------------ Tune's interface
     # Tune pickles its searcher into the experiment folder to restore a run; a study resumes
@@ -206,21 +164,21 @@ class StudySearcher(Searcher):
     def suggest(self, trial_id: str) -> dict[str, Any] | None:  # or Searcher.FINISHED
         if self.fault:
             return Searcher.FINISHED  # type: ignore[return-value]
-        self._release_deferred()
-        stop = bool(self.halted) or time.monotonic() > self.deadline
-        if stop:
-            for candidate in self.ready:
+        for done in self.pace.release(self.known):
+            self._reuse(done)
+        if self.pace.closed():
+            for candidate in self.pace.take_ready():
                 self._interrupt(candidate)
-            self.ready = []
             return self._finished_or_wait()
-        if self.ready:
-            return self._launch(trial_id, self.ready.pop(0))
-        while not self.halted:
-            if self.counted + len(self.live) + len(self.deferred) >= self.run.spec.budget.trials:
+        twin = self.pace.next_ready()
+        if twin is not None:
+            return self._launch(trial_id, twin)
+        while not self.pace.halted:
+            if not self.pace.room(self.tally.counted, len(self.live)):
                 return self._finished_or_wait()
-            sampled = self._sample()
+            sampled = self._ask()
             self._show()
-            if sampled is not None:
+            if sampled is not None and not self.pace.defer(sampled):
                 return self._launch(trial_id, sampled)
         return self._finished_or_wait()
 
@@ -235,7 +193,8 @@ class StudySearcher(Searcher):
             return
         self.live.pop(trial_id)
         result = result or {}
-        if trial_id in self.stopped:
+        if trial_id in self.stopped_at:
+            self.stopped_at.pop(trial_id)
             self._finish(candidate, {**result, "status": Status.STOPPED,
                                      "seconds": result.get("time_total_s"),
                                      "reason": "stopped early by the scheduler at epoch "
@@ -245,29 +204,28 @@ class StudySearcher(Searcher):
         else:  # Tune ended it before its final report: the run is ending under it
             self._interrupt(candidate)
 
+    # ------------------------------------------------------------------ the scheduler's input
+    def on_stop(self, trial_id: str, epoch: int) -> None:
+        """The scheduler stopped Tune trial ``trial_id`` at ``epoch``: it ends as stopped."""
+        self.stopped_at[trial_id] = epoch
+
     # ------------------------------------------------------------------ StudyCallback's input
     @_guarded
     def record_epoch(self, trial_id: str, result: dict[str, Any]) -> None:
-        """Write one epoch report to the database (the per-epoch table, Optuna's curve)."""
+        """Write one epoch report to the study record (``studies.record.record_epoch``)."""
         candidate = self.live.get(trial_id)
         if candidate is None or result.get("kind") != "epoch":
             return
-        run, number = self.run, candidate.trial.number
         epoch = int(result["epoch"])
         candidate.epochs_reached = max(candidate.epochs_reached, epoch)
         try:
             extra = json.loads(result.get("extra") or "{}")
         except (TypeError, ValueError):
             extra = {}
-        write_epoch(run.storage, run.spec.name, number, {
+        record.record_epoch(self.run, candidate.trial, {
             "epoch": epoch, "train_loss": result.get("train_loss"), "metric": result.get("metric"),
             "value": result.get("value"), "seconds": result.get("epoch_seconds"),
             "extra": extra})
-        value = result.get("value")
-        if isinstance(value, (int, float)) and math.isfinite(value):
-            with session(run.storage.url):
-                run.storage.set_trial_intermediate_value(candidate.trial._trial_id, epoch,
-                                                         float(value))
 
     @_guarded
     def record_error(self, trial_id: str, message: str, *, worker_setup: bool) -> None:
@@ -277,26 +235,26 @@ class StudySearcher(Searcher):
         if candidate is None:
             return
         if worker_setup:
-            self.halted = f"Ray workers cannot start: {message}"
+            self.pace.halt(f"Ray workers cannot start: {message}")
             self._interrupt(candidate)
             return
         self._finish(candidate, {"status": Status.FAILED, "reason": message})
 
     def close(self) -> None:
         """After ``Tuner.fit``: close what Tune left unfinished (an interrupted run)."""
-        for candidate in [*self.live.values(), *self.errored.values(), *self.deferred,
-                          *self.ready]:
+        for candidate in [*self.live.values(), *self.errored.values(), *self.pace.take_all()]:
             self._interrupt(candidate)
-        self.live, self.errored, self.deferred, self.ready = {}, {}, [], []
+        self.live, self.errored = {}, {}
         if self.progress is not None:
             self.progress.close()
 
     def tick(self) -> None:
         self._show(tick=True)
 
-    # ------------------------------------------------------------------ sampling
-    def _sample(self) -> _Candidate | None:
-        """Ask for a trial; reject it, reuse a result, defer it, or return it to train."""
+    # ------------------------------------------------------------------ ask, map, cost
+    def _ask(self) -> _Candidate | None:
+        """Ask for a trial, map its parameters to an architecture and cost it; reject it or
+        reuse a known result (None), or return it to train."""
         run, spec = self.run, self.run.spec
         with session(run.storage.url):
             trial = run.study.ask()
@@ -314,25 +272,19 @@ class StudySearcher(Searcher):
         if reason is not None:
             self._reject(trial, reason, attrs)
             return None
-        self.rejected_in_a_row = 0
+        self.pace.accepted()
         candidate = _Candidate(trial, attrs, _result_key(config.arch_id, settings))
         if candidate.key in self.known:
             self._reuse(candidate)
             return None
-        with session(run.storage.url):
-            set_trial_user_attrs(run.storage, trial._trial_id, attrs)
-        if candidate.key in self.in_flight:
-            self.deferred.append(candidate)
-            return None
+        record.record_sampled(run, trial, attrs)
         return candidate
 
     def _launch(self, trial_id: str, candidate: _Candidate) -> dict[str, Any]:
         spec, number = self.run.spec, candidate.trial.number
         self.live[trial_id] = candidate
-        self.in_flight[candidate.key] = number
-        with session(self.run.storage.url):
-            set_trial_user_attrs(self.run.storage, candidate.trial._trial_id,
-                                 {TrialKey.TUNE_TRIAL: trial_id})
+        self.pace.started(candidate.key, number)
+        record.record_launched(self.run, candidate.trial, trial_id)
         cost = candidate.attrs[TrialKey.COST]
         self._show()
         return {
@@ -340,70 +292,48 @@ class StudySearcher(Searcher):
             "settings": candidate.attrs[TrialKey.TRAIN], "task": spec.task,
             "task_options": spec.task_options, "latency": self.latency,
             "checkpoint_dir": spec.checkpoint_dir(number),
-            "cost_vector": [float(cost[o.name]) for o in spec.objectives
-                            if o.name in ("params", "madds")],
+            "cost_vector": [float(cost[o.name]) for o in spec.objectives if o.source == "cost"],
         }
 
     def _finished_or_wait(self) -> Any:
         """FINISHED once nothing more can come of this run; None while twins wait for a trial
         in flight (its failure would send them to train)."""
-        return None if self.deferred else Searcher.FINISHED
+        return None if self.pace.waiting() else Searcher.FINISHED
 
-    def _release_deferred(self) -> None:
-        """Twins whose leader finished: reuse its result, or train them if it did not
-        complete."""
-        waiting = []
-        for candidate in self.deferred:
-            if candidate.key in self.in_flight:
-                waiting.append(candidate)
-            elif candidate.key in self.known:
-                self._reuse(candidate)
-            else:
-                self.ready.append(candidate)
-        self.deferred = waiting
-
-    # ------------------------------------------------------------------ endings
-    def _add(self, status: str, values: list[float] | None = None) -> None:
-        self.statuses[status] += 1
-        if values is not None:
-            self.values.append(values)
-        if status not in COUNTED_EXCLUDED:
-            self.counted += 1
+    # ------------------------------------------------------------------ tell
+    def _told(self, status: str, values: list[float] | None = None) -> None:
+        self.tally.add(status, values)
         self._show()
 
     def _reject(self, trial: Any, reason: str, attrs: dict[str, Any]) -> None:
-        tell(self.run, trial, TrialState.FAIL, None,
-             {**attrs, TrialKey.STATUS: Status.REJECTED, TrialKey.REASON: reason})
-        self._add(Status.REJECTED)
-        self.rejected_in_a_row += 1
-        if self.rejected_in_a_row >= MAX_REJECTED_IN_A_ROW:
-            self.halted = (
-                f"Study {self.run.spec.name!r}: {self.rejected_in_a_row} architectures in a row "
-                f"were rejected (the last: {reason}); loosen `constraints` or narrow the space.")
+        record.record_rejected(self.run, trial, reason, attrs)
+        self._told(Status.REJECTED)
+        self.pace.rejected(self.run.spec.name, reason)
 
     def _reuse(self, candidate: _Candidate) -> None:
         previous = self.known[candidate.key]
-        attrs = {**candidate.attrs, TrialKey.STATUS: Status.REUSED,
-                 TrialKey.REUSED_FROM: previous.number,
-                 TrialKey.EPOCHS_REACHED: previous.epochs_reached}
+        attrs = {**candidate.attrs, TrialKey.EPOCHS_REACHED: previous.epochs_reached}
         if previous.checkpoint:
             attrs[TrialKey.CHECKPOINT] = previous.checkpoint
-        tell(self.run, candidate.trial, TrialState.COMPLETE, list(previous.values), attrs)
-        self._add(Status.REUSED, list(previous.values))
+        record.record_reused(self.run, candidate.trial, previous.values,
+                             source=previous.number, attrs=attrs)
+        self._told(Status.REUSED, list(previous.values))
 
     def _interrupt(self, candidate: _Candidate) -> None:
-        self.in_flight.pop(candidate.key, None)
-        mark_interrupted(self.run, candidate.trial)
-        self._add(Status.INTERRUPTED)
+        self.pace.ended(candidate.key)
+        with contextlib.suppress(NasError):  # the database may be what ended the run
+            record.close_interrupted(
+                self.run, [candidate.trial],
+                reason="the run ended while this trial was waiting or training")
+        self._told(Status.INTERRUPTED)
 
     def _finish(self, candidate: _Candidate, result: dict[str, Any]) -> None:
-        """Record how a trained trial ended; its twins are released at the next suggest."""
+        """Tell how a trained trial ended; its twins are released at the next suggest."""
         spec, trial = self.run.spec, candidate.trial
-        self.in_flight.pop(candidate.key, None)
+        self.pace.ended(candidate.key)
         status = result.get("status") or Status.FAILED
         reached = result.get("epochs_reached")
         attrs: dict[str, Any] = {
-            TrialKey.STATUS: status,
             TrialKey.EPOCHS_REACHED: reached if isinstance(reached, int)
             else candidate.epochs_reached,
         }
@@ -414,35 +344,34 @@ class StudySearcher(Searcher):
             if result.get(name) is not None:
                 attrs[key] = result[name]
         if status == Status.COMPLETED:
-            values = _objective_values(spec, candidate.attrs[TrialKey.COST], result)
+            values = record.objective_values(spec.objectives, candidate.attrs[TrialKey.COST],
+                                             result)
             limit = spec.constraints.get("latency_ms_max")
             if isinstance(values, str):
-                status, attrs[TrialKey.REASON] = Status.FAILED, values
+                attrs[TrialKey.REASON] = values
             elif limit is not None and (result.get("latency_ms") or 0.0) > limit:
-                attrs.update({TrialKey.STATUS: Status.REJECTED,
-                              TrialKey.REASON: f"latency_ms {result['latency_ms']:.2f} breaks "
-                                               f"latency_ms_max={limit:g}"})
-                tell(self.run, trial, TrialState.FAIL, None, attrs)
-                self._add(Status.REJECTED)
+                record.record_rejected(self.run, trial, f"latency_ms {result['latency_ms']:.2f} "
+                                       f"breaks latency_ms_max={limit:g}", attrs)
+                self._told(Status.REJECTED)
                 return
             else:
-                tell(self.run, trial, TrialState.COMPLETE, values, attrs)
-                self._add(Status.COMPLETED, values)
+                record.record_completed(self.run, trial, values, attrs)
+                self._told(Status.COMPLETED, values)
                 self.known[candidate.key] = _Known(trial.number, values,
                                                    attrs[TrialKey.EPOCHS_REACHED],
                                                    attrs.get(TrialKey.CHECKPOINT))
                 return
         if status == Status.STOPPED:
-            tell(self.run, trial, TrialState.PRUNED, None, attrs)
-            self._add(Status.STOPPED)
+            record.record_stopped(self.run, trial, attrs)
+            self._told(Status.STOPPED)
             return
-        tell(self.run, trial, TrialState.FAIL, None, {**attrs, TrialKey.STATUS: Status.FAILED})
-        self._add(Status.FAILED)
+        record.record_failed(self.run, trial, attrs)
+        self._told(Status.FAILED)
 
     def _show(self, *, tick: bool = False) -> None:
         if self.progress is not None:
-            self.progress.show(self.counted, len(self.live), self.statuses[Status.REJECTED],
-                               self.values, tick=tick)
+            self.progress.show(self.tally.counted, len(self.live), self.tally.rejected,
+                               self.tally.values, tick=tick)
 
 
 def _error_text(trial: Any) -> str:

@@ -19,6 +19,7 @@ Unknown keys are an error.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import math
@@ -30,6 +31,7 @@ from typing import Any, Literal
 
 from nas.errors import ConfigError
 from nas.loading import read_mapping
+from studies.record import OBJECTIVES, Direction, Objective
 from studies.smoke import Smoke, parse_smoke
 
 __all__ = [
@@ -43,11 +45,6 @@ __all__ = [
     "load_study_spec",
 ]
 
-Direction = Literal["minimize", "maximize"]
-# name -> default direction. ``accuracy`` is the task's metric (accuracy, VQA accuracy, CIDEr-D).
-OBJECTIVES: dict[str, Direction] = {
-    "accuracy": "maximize", "params": "minimize", "madds": "minimize", "latency_ms": "minimize",
-}
 _CONSTRAINTS = ("params_max", "madds_max", "latency_ms_max", "params_min", "madds_min")
 _KEYS = ("name", "task", "space", "objectives", "constraints", "sampler", "budget", "fidelity",
          "resources", "seed", "train", "enqueue", "description", "evaluator", "checkpoints",
@@ -62,12 +59,6 @@ _MAX_SEED = 2**32 - 1 - _MAX_TRIALS
 #: Tune logger callbacks by name; ``json`` is always written (``ExperimentAnalysis`` reads it).
 TUNE_CALLBACKS = ("csv", "json", "tensorboard", "mlflow", "wandb")
 _EVALUATOR = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
-
-
-@dataclass(frozen=True)
-class Objective:
-    name: str
-    direction: Direction
 
 
 @dataclass(frozen=True)
@@ -405,16 +396,18 @@ class StudySpec:
                 raise ConfigError(f"An objective must be {{name, direction}}, got {item!r}.")
             _only(entry, ("name", "direction"), "objectives")
             name = entry.get("name")
-            if name not in OBJECTIVES:
+            if not isinstance(name, str) or name not in OBJECTIVES:
                 raise ConfigError(f"Unknown objective {name!r}; objectives are "
                                   f"{list(OBJECTIVES)}.")
-            direction = entry.get("direction", OBJECTIVES[name])
+            declared = OBJECTIVES[name]
+            direction = entry.get("direction", declared.direction)
             if direction not in ("minimize", "maximize"):
                 raise ConfigError(f"Objective {name!r}: direction must be 'minimize' or "
                                   f"'maximize', but got {direction!r}.")
             if any(o.name == name for o in out):
                 raise ConfigError(f"Objective {name!r} is listed twice.")
-            out.append(Objective(name, "minimize" if direction == "minimize" else "maximize"))
+            chosen: Direction = "minimize" if direction == "minimize" else "maximize"
+            out.append(dataclasses.replace(declared, direction=chosen))
         return tuple(out)
 
 

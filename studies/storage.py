@@ -299,8 +299,9 @@ def set_trial_user_attrs(storage: optuna.storages.RDBStorage, trial_id: int,
 
 
 def write_epoch(storage: optuna.storages.RDBStorage, study_name: str, trial_number: int,
-                report: dict[str, Any]) -> None:
-    """Record one epoch of a trial (idempotent: a re-sent epoch replaces nothing)."""
+                report: dict[str, Any]) -> bool:
+    """Record one epoch of a trial (idempotent: a re-sent epoch replaces nothing); True when
+    the row is new."""
     row = {
         "study_name": study_name, "trial_number": trial_number, "epoch": int(report["epoch"]),
         "train_loss": report.get("train_loss"), "metric": report.get("metric"),
@@ -314,6 +315,7 @@ def write_epoch(storage: optuna.storages.RDBStorage, study_name: str, trial_numb
             epochs_table.c.epoch == row["epoch"])).first()
         if exists is None:
             conn.execute(epochs_table.insert().values(**row))
+    return exists is None
 
 
 def read_epochs(engine: Engine, study_name: str, trial_number: int | None = None) -> list[

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nas.errors import NasError
-from studies.keys import Status, StudyKey, TrialKey
+from studies.record import Status, StudyKey, TrialKey
 
 if TYPE_CHECKING:
     from nas.config import ArchConfig

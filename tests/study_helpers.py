@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from nas.tasks import TaskGeometry
+from studies.record import TrialKey
 
 TESTS_DIR = Path(__file__).resolve().parent
 ROOT = TESTS_DIR.parent
@@ -121,7 +122,7 @@ def load(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
 
 def result_key(trial: optuna.trial.FrozenTrial) -> str:
     """What decides a training's result: architecture and settings."""
-    return json.dumps([trial.user_attrs["nas.arch_id"], trial.user_attrs["nas.train"]],
+    return json.dumps([trial.user_attrs[TrialKey.ARCH_ID], trial.user_attrs[TrialKey.TRAIN]],
                       sort_keys=True)
 
 

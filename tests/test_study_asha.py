@@ -30,14 +30,16 @@ def test_the_scheduler_stops_dominated_trials_at_a_rung() -> None:
     """Each trial's cost objectives come from its config, so a decision needs no registration
     that could arrive after the first report."""
     rungs = Rungs(grace=1, eta=2, max_epochs=4, directions=["maximize", "minimize"])
-    scheduler = MultiObjectiveASHA(rungs)
+    stopped: list[tuple[str, int]] = []
+    scheduler = MultiObjectiveASHA(rungs, on_stop=lambda trial_id, epoch: stopped.append(
+        (trial_id, epoch)))
     t0, t1, t2, t3 = _Trial(0, 100.0), _Trial(1, 50.0), _Trial(2, 200.0), _Trial(3, 10.0)
     assert scheduler.on_trial_result(None, t0, _epoch(1, 0.8)) == CONTINUE
     assert scheduler.on_trial_result(None, t1, _epoch(1, 0.9)) == CONTINUE  # dominates t0
     assert scheduler.on_trial_result(None, t2, _epoch(1, 0.7)) == STOP  # dominated by both
     assert scheduler.on_trial_result(None, t3, _epoch(1, 0.5)) == CONTINUE  # the smallest
     assert scheduler.on_trial_result(None, t1, _epoch(3, 0.95)) == CONTINUE  # no rung at 3
-    assert scheduler.stopped == {"t2"}
+    assert stopped == [("t2", 1)]
     # The final report of a trial and a report without a value decide nothing.
     assert scheduler.on_trial_result(None, t2, {"kind": "final", "epoch": 1, "value": 0.1}) \
         == CONTINUE

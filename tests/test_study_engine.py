@@ -21,10 +21,11 @@ import study_helpers as h
 import torch
 from optuna.trial import TrialState
 
+import studies._pace as pace
 from nas.errors import NasError
 from nas_cli.main import main as nas_main
-from studies import StudySpec, counted_trials, create_study, load_existing, run_study, searcher
-from studies.engine import close_interrupted
+from studies import StudySpec, counted_trials, create_study, load_existing, run_study
+from studies.record import close_interrupted
 from studies.storage import read_epochs
 from trainers import TrainConfig, get_task
 from trainers.loop import evaluate, load_checkpoint
@@ -301,7 +302,7 @@ def test_a_spent_timeout_starts_nothing(tmp_path) -> None:
 
 def test_rejections_in_a_row_end_the_study(tmp_path, monkeypatch, capsys) -> None:
     """The space has architectures within the constraint, but the first draws break it."""
-    monkeypatch.setattr(searcher, "MAX_REJECTED_IN_A_ROW", 5)
+    monkeypatch.setattr(pace, "MAX_REJECTED_IN_A_ROW", 5)
     path = h.write_study(tmp_path / "tight.yaml", "tight", constraints={"params_max": 20000},
                          enqueue=[{**BASE, **A}] * 6, evaluator="study_helpers:instant")
     db = tmp_path / "tight.db"

@@ -314,13 +314,13 @@ def test_a_full_disk_stops_the_run_in_one_line_and_resume_continues(tmp_path, mo
                                                                      capsys) -> None:
     """The per-epoch table cannot be written (as on a full disk): the run stops with one line
     and exit code 1, its running trials are closed, and `nas resume` finishes the study."""
-    import studies.searcher as searcher_module
+    import studies.record as record_module
     from studies.storage import StorageError
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     path = h.write_study(tmp_path / "full.yaml", "full", budget={"trials": 4},
                          evaluator="study_helpers:instant")
-    real = searcher_module.write_epoch
+    real = record_module.write_epoch
     calls = {"n": 0}
 
     def write_epoch(*args, **kwargs):
@@ -329,7 +329,7 @@ def test_a_full_disk_stops_the_run_in_one_line_and_resume_continues(tmp_path, mo
             raise StorageError(f"Storage {url!r} cannot be used: database or disk is full")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(searcher_module, "write_epoch", write_epoch)
+    monkeypatch.setattr(record_module, "write_epoch", write_epoch)
     assert nas_main(["run", str(path), "--storage", url]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert "database or disk is full" in err[-1] and "nas resume full" in err[-1]
@@ -337,7 +337,7 @@ def test_a_full_disk_stops_the_run_in_one_line_and_resume_continues(tmp_path, mo
     trials = h.load(url, "full")
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     assert read_owner(open_storage(url).engine, "full") is None
-    monkeypatch.setattr(searcher_module, "write_epoch", real)
+    monkeypatch.setattr(record_module, "write_epoch", real)
     assert nas_main(["resume", "full", "--evaluator", "study_helpers:instant",
                      "--storage", url]) == 0
     assert counted_trials(h.load(url, "full")) == 4
