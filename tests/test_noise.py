@@ -7,16 +7,22 @@ seed of a promoted trial scores differently.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import statistics
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import optuna
 import pytest
 import study_helpers as h
 from optuna.trial import TrialState
 
+from dashboard import create_app
+from dashboard.layout import study_href
+from dashboard.testing import components, first_render
 from nas.errors import ConfigError
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study, run_study
@@ -227,3 +233,64 @@ def test_one_seed_is_todays_promotion(tmp_path: Path, ray_local: None,
     front = json.loads(capsys.readouterr().out)
     assert front and all(set(row) == {"number", "values", "arch_id", "arch", "status"}
                          for row in front)
+
+
+# ----------------------------------------------------------------------------- the dashboard
+def _array(array: Any) -> list[float]:
+    """A serialised plotly array's values (a list, or a base64 typed array)."""
+    if isinstance(array, dict):
+        return [float(x) for x in np.frombuffer(base64.b64decode(array["bdata"]),
+                                                dtype=np.dtype(array["dtype"]))]
+    return [float(x) for x in array]
+
+
+def test_the_dashboards_front_draws_the_seed_spread(tmp_path: Path) -> None:
+    """A source study with a seeded promotion (as nas promote --seeds 2 links them): the
+    front has error bars of each trial's seed std on accuracy, and the point within the noise
+    is a trace of its own; a study without one draws no error bars."""
+    url = f"sqlite:///{tmp_path / 'noise.db'}"
+    directions = ["maximize", "minimize"]
+    source = optuna.create_study(storage=url, study_name="src", directions=directions)
+    source.set_user_attr(StudyKey.OBJECTIVES, ["accuracy", "params"])
+    source.set_user_attr(StudyKey.PROMOTIONS, ["src-promoted"])
+    plain = optuna.create_study(storage=url, study_name="plain", directions=directions)
+    plain.set_user_attr(StudyKey.OBJECTIVES, ["accuracy", "params"])
+    promoted = optuna.create_study(storage=url, study_name="src-promoted",
+                                   directions=directions)
+    promoted.set_user_attr(StudyKey.OBJECTIVES, ["accuracy", "params"])
+    promoted.set_user_attr(StudyKey.PROMOTED_FROM, "src")
+    # Trial 1 is 0.01 more accurate than the cheaper trial 0 on average, with seed stds of
+    # 0.0141 each: within the noise. Trial 2 leads by 0.135: it stands out.
+    proxy = [0.80, 0.82, 0.95]
+    seeds = [[0.80, 0.82], [0.81, 0.83], [0.95, 0.96]]
+    for i, (p, accs) in enumerate(zip(proxy, seeds, strict=True)):
+        for s in (source, plain):
+            s.add_trial(optuna.trial.create_trial(values=[p, 1000.0 * (i + 1)]))
+        for seed, acc in enumerate(accs):
+            promoted.add_trial(optuna.trial.create_trial(
+                values=[acc, 1000.0 * (i + 1)],
+                user_attrs={TrialKey.SOURCE_TRIAL: i, TrialKey.SOURCE_VALUE: p,
+                            TrialKey.SEED: seed}))
+
+    app = create_app(url, refresh_seconds=1)
+    client = app.server.test_client()
+
+    def front(name: str) -> dict[str, dict[str, Any]]:
+        results = first_render(client, app, study_href(name))
+        graph = next(c for c in components(results[0].response)
+                     if c["props"].get("id") == "pareto-2d")
+        return {t["name"]: t for t in graph["props"]["figure"]["data"]}
+
+    traces = front("src")
+    stands, noisy = traces["Pareto-optimal (2)"], traces[
+        "Pareto-optimal, within the seed noise (1)"]
+    # The page opens on params across, accuracy up (layout.front_axes).
+    assert _array(stands["y"]) == [0.80, 0.95] and "error_x" not in stands
+    assert stands["error_y"]["visible"] is True
+    assert _array(stands["error_y"]["array"]) == pytest.approx(
+        [statistics.stdev(seeds[0]), statistics.stdev(seeds[2])])
+    assert _array(noisy["y"]) == [0.82]
+    assert _array(noisy["error_y"]["array"]) == pytest.approx([statistics.stdev(seeds[1])])
+    assert noisy["marker"]["symbol"] == "diamond-open"
+    assert "within the noise of trial 0" in str(noisy["hovertext"])
+    assert all("error_y" not in t and "error_x" not in t for t in front("plain").values())
