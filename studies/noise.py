@@ -82,22 +82,23 @@ def spread_of(trials: Sequence[FrozenTrial], objective_names: Sequence[str],
 def seed_spread(name: str, storage: optuna.storages.RDBStorage) -> dict[int, SeedSpread]:
     """The :class:`SeedSpread` of each source trial of promoted study ``name``, read from its
     trials (by source trial number)."""
-    attrs, trials = _read(name, storage)
+    attrs, _, trials = _read(name, storage)
     return spread_of(trials, attrs.objectives, name)
 
 
-def _read(name: str, storage: optuna.storages.RDBStorage) -> tuple[StudyAttrs,
+def _read(name: str, storage: optuna.storages.RDBStorage) -> tuple[StudyAttrs, list[str],
                                                                     list[FrozenTrial]]:
-    def read() -> tuple[dict[str, Any], int, list[FrozenTrial]]:
+    """Study ``name``'s attributes, directions and completed trials."""
+    def read() -> tuple[dict[str, Any], list[str], list[FrozenTrial]]:
         study_id = storage.get_study_id_from_name(name)
         return (storage.get_study_user_attrs(study_id),
-                len(storage.get_study_directions(study_id)),
+                [d.name.lower() for d in storage.get_study_directions(study_id)],
                 storage.get_all_trials(study_id, deepcopy=False,
                                        states=(TrialState.COMPLETE,)))
 
     with session(storage.url):
-        raw, n_objectives, trials = guarded(storage.engine, name, read)
-    return study_attrs(name, raw, n_objectives, full=False), trials
+        raw, directions, trials = guarded(storage.engine, name, read)
+    return study_attrs(name, raw, len(directions), full=False), directions, trials
 
 
 def within_noise(means: Sequence[Sequence[float]], stds: Sequence[Sequence[float]],
@@ -154,23 +155,24 @@ class NoisyPoint:
         return self.neighbour is not None
 
 
-def noisy_front(attrs: StudyAttrs, directions: Sequence[str],
+def noisy_front(attrs: StudyAttrs,
                 storage: optuna.storages.RDBStorage) -> tuple[str | None, dict[int, NoisyPoint]]:
     """The latest seeded promotion of the study ``attrs`` describes (one that trained some
     trial with at least 2 seeds) and, by source trial, each promoted trial's :class:`NoisyPoint`:
     :func:`within_noise` over every seeded trial of that promotion (its front and its
-    dominated trials alike), on the promoted means and spreads (a trial with one seed has no
-    spread and is no point of the test). ``(None, {})`` when the study has none.
+    dominated trials alike), on the promoted means and spreads and the promoted study's
+    directions (a trial with one seed has no spread and is no point of the test).
+    ``(None, {})`` when the study has none.
     """
     for name in reversed(attrs.promotions):
         try:
-            spread = seed_spread(name, storage)
+            promoted, directions, trials = _read(name, storage)
         except UnknownStudyError:
             continue  # a deleted promotion
-        seeded = [s for s in spread.values() if s.std is not None]
-        if not seeded:
+        names = list(promoted.objectives)
+        seeded = [s for s in spread_of(trials, names, name).values() if s.std is not None]
+        if not seeded:  # no accuracy, or no trial trained twice
             continue
-        names = list(attrs.objectives)
         accuracy = names.index("accuracy")
         stds = [[(s.std or 0.0) if k == accuracy else 0.0 for k in range(len(names))]
                 for s in seeded]

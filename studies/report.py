@@ -194,7 +194,7 @@ def pareto_trials(name: str, storage_url: str | None = None) -> list[dict[str, A
     names = list(attrs.objectives)
     with session(run.storage.url):
         best = guarded(run.storage.engine, name, lambda: run.study.best_trials)
-    promoted, noisy = noisy_front(attrs, _directions(run.study), run.storage)
+    promoted, noisy = noisy_front(attrs, run.storage)
     out = []
     for t in sorted(best, key=lambda t: t.number):
         p = trial_attrs(name, t.number, t.user_attrs)
