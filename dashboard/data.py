@@ -62,6 +62,7 @@ __all__ = [
     "load_trial",
     "open_readonly",
     "readonly_optuna_storage",
+    "seed_noise",
     "study_info",
     "study_names",
     "trial_state",
@@ -617,6 +618,46 @@ def load_promotion(engine: Engine, info: StudyInfo) -> pd.DataFrame:
     return pd.DataFrame({"number": np.array([n for n, _, _ in pairs], dtype=int),
                          "source_trial": np.array([s for _, s, _ in pairs], dtype=int),
                          "proxy": np.array([v for _, _, v in pairs], dtype=float)})
+
+
+#: :func:`seed_noise`'s columns.
+NOISE_COLUMNS = ("source_trial", "seeds", "mean", "std", "min", "max", "within_noise",
+                 "neighbour")
+
+
+def seed_noise(promoted: StudyData, links: pd.DataFrame) -> pd.DataFrame:
+    """A seeded promotion's spread (``nas promote --seeds``): one row per source trial trained
+    with 2 seeds or more, with :data:`NOISE_COLUMNS`: its number, the seeds completed, the mean,
+    sample std, min and max of its promoted accuracy, and ``studies.noise.within_noise``'s
+    verdict over those rows (on every objective's mean; the costs' spread is 0) with the
+    source trial it does not stand out from (``neighbour``, -1 for none). ``promoted``: the
+    promoted study; ``links``: its :func:`load_promotion`. Empty when it has no accuracy or
+    no trial with 2 seeds."""
+    from studies.noise import within_noise
+
+    names = list(promoted.objectives)
+    empty = pd.DataFrame({c: pd.Series(dtype=float) for c in NOISE_COLUMNS})
+    if "accuracy" not in names or links.empty:
+        return empty
+    rows = promoted.complete()[["number", *names]].merge(
+        links[["number", "source_trial"]], on="number")
+    groups = rows.groupby("source_trial", sort=True)
+    acc = groups["accuracy"].agg(["count", "mean", "std", "min", "max"])
+    acc = acc[acc["count"] >= 2]
+    if acc.empty:
+        return empty
+    means = groups[names].mean().loc[acc.index].to_numpy(dtype=float)
+    stds = np.zeros_like(means)
+    stds[:, names.index("accuracy")] = acc["std"].to_numpy(dtype=float)
+    marks = within_noise(means.tolist(), stds.tolist(), list(promoted.info.directions))
+    sources = acc.index.to_numpy(dtype=int)
+    return pd.DataFrame({
+        "source_trial": sources, "seeds": acc["count"].to_numpy(dtype=int),
+        "mean": acc["mean"].to_numpy(dtype=float), "std": acc["std"].to_numpy(dtype=float),
+        "min": acc["min"].to_numpy(dtype=float), "max": acc["max"].to_numpy(dtype=float),
+        "within_noise": np.array([m is not None for m in marks], dtype=bool),
+        "neighbour": np.array([-1 if m is None else int(sources[m]) for m in marks],
+                              dtype=int)})
 
 
 # ----------------------------------------------------------------------------- one trial

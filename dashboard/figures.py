@@ -197,18 +197,61 @@ def _points(df: pd.DataFrame, axes: Sequence[str], directions: Mapping[str, str]
     return out
 
 
-def _scatter_groups(data: StudyData, front: np.ndarray) -> list[tuple[str, pd.DataFrame, dict]]:
+def _scatter_groups(data: StudyData, front: np.ndarray, noise: pd.DataFrame | None = None
+                    ) -> list[tuple[str, pd.DataFrame, dict]]:
+    """The traces' names, trials and markers; with a seeded promotion's ``noise``
+    (``dashboard.data.seed_noise``) the front points within the seed noise are a trace of
+    their own, as open diamonds."""
     complete = data.complete()
     rejected = data.trials[data.trials.status == Status.REJECTED]
     n_front = int(front.sum())
-    return [
+    on_front = complete[front]
+    marked = (complete.number.isin(noise.source_trial[noise.within_noise]).to_numpy()
+              if noise is not None and len(noise) else np.zeros(len(complete), dtype=bool))
+    noisy = complete[front & marked]
+    groups = [
         (f"dominated ({len(complete) - n_front})", complete[~front],
          {"color": COLORS["dominated"], "size": 6}),
-        (f"Pareto-optimal ({n_front})", complete[front],
+        (f"Pareto-optimal ({n_front - len(noisy)})" if len(noisy) else
+         f"Pareto-optimal ({n_front})", on_front[~marked[front]],
          {"color": COLORS["front"], "size": 10, "line": {"width": 1, "color": "white"}}),
-        (f"rejected by a constraint ({len(rejected)})", rejected,
-         {"color": COLORS["rejected"], "size": 7, "symbol": "x"}),
     ]
+    if len(noisy):
+        groups.append((f"Pareto-optimal, within the seed noise ({len(noisy)})", noisy,
+                       {"color": COLORS["front"], "size": 11, "symbol": "diamond-open",
+                        "line": {"width": 2, "color": COLORS["front"]}}))
+    groups.append((f"rejected by a constraint ({len(rejected)})", rejected,
+                   {"color": COLORS["rejected"], "size": 7, "symbol": "x"}))
+    return groups
+
+
+def _error_bars(df: pd.DataFrame, noise: pd.DataFrame | None) -> dict[str, Any] | None:
+    """Plotly ``error_y``/``error_x`` of ``df``'s trials: each one's seed std of accuracy
+    (0 for a trial without a spread), or None when none of them has one."""
+    if noise is None or not len(noise) or df.empty:
+        return None
+    std = df.number.map(dict(zip(noise.source_trial, noise["std"], strict=True)))
+    if std.isna().all():
+        return None
+    return {"type": "data", "array": std.fillna(0.0).to_numpy(dtype=float), "visible": True,
+            "thickness": 1.5, "width": 4}
+
+
+def _noise_texts(df: pd.DataFrame, noise: pd.DataFrame | None) -> list[str]:
+    """Each trial's line about its seeds for the hover text ('' without a spread)."""
+    rows = ({} if noise is None else
+            {int(r.source_trial): r for r in noise.itertuples(index=False)})
+    out = []
+    for n in df.number:
+        r = rows.get(int(n))
+        if r is None:
+            out.append("")
+            continue
+        verdict = (f"within the noise of trial {r.neighbour}" if r.within_noise
+                   else "stands out from the noise")
+        out.append(f"<br>promoted accuracy {r.mean:.4f} ± {r.std:.4f} over {r.seeds} seeds "
+                   f"(min {r.min:.4f}, max {r.max:.4f}): {verdict}")
+    return out
 
 
 def _selection(numbers: pd.Series, selected: Collection[int] | None) -> dict[str, Any]:
@@ -240,13 +283,16 @@ def _log_axis(name: str, values: np.ndarray, scale: str = "auto") -> bool:
 
 def pareto_2d(data: StudyData, x: str, y: str, front: np.ndarray, *,
               labels: pd.Series | None = None,
-              selected: Collection[int] | None = None, scale: str = "auto") -> go.Figure:
+              selected: Collection[int] | None = None, scale: str = "auto",
+              noise: pd.DataFrame | None = None) -> go.Figure:
     """Completed trials on objectives ``x`` and ``y``: the study's Pareto-optimal trials (over
     all its objectives, ``front`` a mask over ``data.complete()``) in colour, dominated ones
     faded, constraint-rejected ones as crosses (at their cost; on an axis they have no value for,
     at the worst value reached), and the constraint limits as dashed lines. ``labels``:
     :func:`hover_labels`, if already built; ``selected``: trial numbers to highlight (the others
-    fade)."""
+    fade). ``noise``: a seeded promotion's spread (``dashboard.data.seed_noise``): the trials
+    it trained get error bars of ± their accuracy's seed std on the accuracy axis, and the
+    front points within the noise are open diamonds with a legend entry of their own."""
     complete = data.complete()
     if complete.empty and not (data.trials.status == Status.REJECTED).any():
         return empty("No completed trials yet.")
@@ -259,14 +305,22 @@ def pareto_2d(data: StudyData, x: str, y: str, front: np.ndarray, *,
     labels = hover_labels(data) if labels is None else labels
     all_x: list[np.ndarray] = []
     all_y: list[np.ndarray] = []
-    for name, df, marker in _scatter_groups(data, front):
+    for name, df, marker in _scatter_groups(data, front, noise):
         px, py = _points(df, (x, y), directions, complete)
         all_x.append(px)
         all_y.append(py)
+        hover = labels.loc[df.index]
+        bars: dict[str, Any] = {}
+        if noise is not None and marker.get("symbol") != "x":
+            hover = hover + pd.Series(_noise_texts(df, noise), index=df.index, dtype=str)
+            bar = _error_bars(df, noise)
+            if bar is not None and "accuracy" in (x, y):
+                bars["error_y" if y == "accuracy" else "error_x"] = {
+                    **bar, "color": marker["color"]}
         fig.add_trace(scatter(x=px, y=py, mode="markers", name=name, marker=marker,
                               customdata=_numbers(df.number),
-                              hovertext=_texts(labels.loc[df.index]), hoverinfo="text",
-                              **_selection(df.number, selected)))
+                              hovertext=_texts(hover), hoverinfo="text",
+                              **bars, **_selection(df.number, selected)))
     for axis, values, add in (("x", all_x, fig.add_vline), ("y", all_y, fig.add_hline)):
         name = x if axis == "x" else y
         limit = data.info.constraints.get(f"{name}_max")

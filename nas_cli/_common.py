@@ -25,10 +25,26 @@ def print_front(name: str, storage: str | None) -> None:
     if not front:
         return
     names = list(front[0]["values"])
-    print("  trial  " + "  ".join(f"{n:>14}" for n in names) + "  arch_id")
+    noisy = "noise_from" in front[0]  # a seeded promotion (nas promote --seeds)
+    print("  trial  " + "  ".join(f"{n:>14}" for n in names) + "  arch_id"
+          + ("  promoted accuracy, mean ± std (seeds)" if noisy else ""))
     for t in front:
         vals = "  ".join(f"{objective_value(n, v):>14}" for n, v in t["values"].items())
-        print(f"  {t['number']:>5}  {vals}  {t['arch_id']}")
+        print(f"  {t['number']:>5}  {vals}  {t['arch_id']}" + (_noise(t) if noisy else ""))
+    if noisy:
+        seeded = [t for t in front if t["within_noise"] is not None]
+        standing = sum(1 for t in seeded if not t["within_noise"])
+        print(f"  {standing} of {len(seeded)} seeded front trials stand out from the seed noise "
+              f"of {front[0]['noise_from']!r}; ~ marks one within the noise of the trial named "
+              "(it costs no more, and is less accurate by less than their combined std)")
+
+
+def _noise(t: dict[str, Any]) -> str:
+    """A front trial's promoted accuracy over its seeds, and its within-noise mark."""
+    if t["within_noise"] is None:
+        return "  - (not trained with 2 seeds or more)"
+    mark = f"  ~ trial {t['noise_neighbour']}" if t["within_noise"] else ""
+    return f"  {t['accuracy_mean']:.4f} ± {t['accuracy_std']:.4f} ({t['seeds']}){mark}"
 
 
 def objective_value(name: str, value: float | None) -> str:

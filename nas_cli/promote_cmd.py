@@ -27,9 +27,13 @@ epochs (default 4x the study's) on --task (default the study's), as a new study 
 the same database (an ordinary Optuna study: each trial names its source trial in the user
 attribute nas.source_trial and its proxy accuracy in nas.source_value). Prints Kendall's tau and
 Spearman's rho between proxy and promoted accuracy, with the number of pairs, and the promoted
-Pareto front. `nas status NAME` shows the result; `nas resume NAME-promoted` continues a cut-off
-promotion. A study that trains with its own evaluator is promoted only with --evaluator naming
-the same function: the database stores it, and importing it runs code. Everything is checked
+Pareto front. With --seeds N (N >= 2) each chosen trial trains N times, with the study's seed
+and the N-1 after it; the rank agreement takes each trial's mean, and the source's front is
+printed with each trial's promoted accuracy mean ± std over its seeds, marked ~ where its place
+on the front is within that noise (`nas pareto NAME` shows it too). `nas status NAME` shows
+the result; `nas resume NAME-promoted` continues a cut-off promotion. A study that trains with
+its own evaluator is promoted only with --evaluator naming the same function: the database
+stores it, and importing it runs code. Everything is checked
 before anything is written."""
 
 
@@ -42,14 +46,15 @@ def _run(args: argparse.Namespace) -> int:
     refuse_memory_storage(args.storage)
     top = DEFAULT_TOP if args.top is None else args.top
     plan = plan_promotion(args.name, args.storage, top=top, epochs=args.epochs,
-                          task=args.task)
+                          task=args.task, seeds=args.seeds)
     spec = plan.spec
     evaluator = resolve_evaluator(plan.source.spec, stored=True, vouched=args.evaluator)
     # Everything the promoted run would refuse, before the announcement (a refusal is one
     # line) and before the promoted study is created or the source written.
     check_run(spec, address=args.address, evaluator=evaluator, stored=True)
+    times = f", {plan.seeds} seeds each," if plan.seeds > 1 else ""
     print(f"promoting {len(plan.front)} Pareto-optimal and {len(plan.dominated)} dominated "
-          f"trials of {args.name!r} ({plan.source.spec.fidelity.epochs} epochs on "
+          f"trials{times} of {args.name!r} ({plan.source.spec.fidelity.epochs} epochs on "
           f"{plan.source.spec.task!r}) to {spec.fidelity.epochs} epochs on {spec.task!r} as "
           f"study {spec.name!r}, storage {plan.source.storage.url}", file=sys.stderr)
     result = promote(plan, address=args.address, evaluator=evaluator, verbose=args.verbose)
@@ -62,6 +67,8 @@ def _run(args: argparse.Namespace) -> int:
         for row in sorted(pairs, key=lambda r: -r["proxy"]):
             print(f"  {row['source_trial']:>12}  {row['proxy']:>14.4f}  {row['promoted']:>17.4f}")
     print_front(spec.name, args.storage)
+    if plan.seeds > 1:
+        print_front(args.name, args.storage)  # the source's front, with its seed spread
     return 0
 
 
@@ -84,6 +91,10 @@ def register(subparsers: Any) -> None:
                    help="Pareto-optimal trials at most, and as many dominated ones (default 8)")
     p.add_argument("--epochs", type=_integer, default=None, metavar="E",
                    help="epochs of each promoted trial (default: 4x the study's)")
+    p.add_argument("--seeds", type=_integer, default=1, metavar="N",
+                   help="train each chosen trial N times, with seeds seed..seed+N-1 (default 1); "
+                   "`nas pareto NAME` then shows each front trial's accuracy mean ± std and "
+                   "marks those within the seed noise")
     p.add_argument("--task", default=None, metavar="TASK",
                    help="the task to retrain on (default: the study's)")
     p.add_argument("--storage", default=None,

@@ -19,7 +19,7 @@ from search_spaces import SearchSpace
 from studies.record import COUNTED_EXCLUDED, TrialKey
 from studies.smoke import Smoke
 from studies.spec import StudySpec
-from studies.stored import StudyAttrs
+from studies.stored import StudyAttrs, trial_attrs
 
 __all__ = ["Evaluator", "StudyRun", "base_settings", "counted_trials", "suggest"]
 
@@ -52,8 +52,13 @@ def base_settings(spec: StudySpec) -> dict[str, Any]:
 def suggest(space: SearchSpace, trial: Any, smoke: Smoke | None) -> tuple[ArchConfig,
                                                                         dict[str, Any]]:
     """The architecture and training overrides ``space`` draws for ``trial``, shrunk to the
-    study's smoke scale when it has one (``StudySpec.smoke``, ``studies.smoke``)."""
+    study's smoke scale when it has one (``StudySpec.smoke``, ``studies.smoke``). A trial
+    enqueued with a seed (``TrialKey.SEED``: ``nas promote --seeds``) trains with it."""
     config, train = space.suggest(trial)
+    if TrialKey.SEED in trial.user_attrs:  # an Optuna trial, enqueued by a seeded promotion
+        raw = {TrialKey.SEED: trial.user_attrs[TrialKey.SEED]}
+        seed = trial_attrs(trial.study.study_name, trial.number, raw).seed
+        train = {**train, "seed": seed}
     return (smoke.shrink(config) if smoke else config), train
 
 

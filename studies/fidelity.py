@@ -6,6 +6,7 @@ which creates promoted studies: neither imports the other for it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,18 +40,24 @@ def rank_agreement(proxy: Sequence[float], promoted: Sequence[float]) -> tuple[
 
 def fidelity(trials: Sequence[FrozenTrial], objective_names: Sequence[str], *, epochs: int,
              task: str, proxy_epochs: int | None = None, study: str = "") -> dict[str, Any]:
-    """The rank agreement of a promoted study's completed trials (``StudyKey.FIDELITY``);
-    ``study`` names the study in the error about a stored value that does not parse."""
+    """The rank agreement of a promoted study's completed trials (``StudyKey.FIDELITY``), one
+    pair per source trial (its seeds' mean promoted accuracy, after ``--seeds``); ``study``
+    names the study in the error about a stored value that does not parse."""
     names = list(objective_names)
-    pairs: list[tuple[float, float]] = []
+    # One pair per source trial: its proxy accuracy and its promoted accuracy (the mean over
+    # its seeds when it was trained with several, ``nas promote --seeds``).
+    by_source: dict[tuple[bool, int], tuple[float, list[float]]] = {}
     if "accuracy" in names:  # a study promote made has one; a foreign one may not
         accuracy = names.index("accuracy")
         for t in trials:
             if t.state != TrialState.COMPLETE or t.values is None:
                 continue
-            proxy = trial_attrs(study, t.number, t.user_attrs).source_value
-            if proxy is not None:
-                pairs.append((proxy, float(t.values[accuracy])))
+            p = trial_attrs(study, t.number, t.user_attrs)
+            if p.source_value is not None:
+                key = (False, t.number) if p.source_trial is None else (True, p.source_trial)
+                by_source.setdefault(key, (p.source_value, []))[1].append(
+                    float(t.values[accuracy]))
+    pairs = [(proxy, math.fsum(acc) / len(acc)) for proxy, acc in by_source.values()]
     tau, rho = rank_agreement([p for p, _ in pairs], [q for _, q in pairs])
     return {"kendall_tau": tau, "spearman_rho": rho, "pairs": len(pairs), "epochs": epochs,
             "task": task, "proxy_epochs": proxy_epochs}

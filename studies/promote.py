@@ -47,6 +47,8 @@ __all__ = ["DEFAULT_TOP", "EPOCH_FACTOR", "Plan", "fidelity", "plan_promotion", 
 DEFAULT_TOP = 8
 #: The promoted epochs, as a multiple of the study's, unless ``epochs`` says.
 EPOCH_FACTOR = 4
+#: The largest training seed (numpy's 32 bits, as the trainer checks).
+_SEED_MAX = 2**32 - 1
 
 
 def _spread(trials: list[FrozenTrial], k: int, accuracy: int) -> list[FrozenTrial]:
@@ -87,16 +89,26 @@ class Plan:
     front: list[FrozenTrial]
     dominated: list[FrozenTrial]
     accuracy: int  # the index of accuracy among the objectives
+    seeds: int = 1  # trainings of each chosen trial, with seeds spec.seed, spec.seed + 1, ...
 
     @property
     def chosen(self) -> list[FrozenTrial]:
         return sorted([*self.front, *self.dominated], key=lambda t: t.number)
 
     def enqueued(self) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        """Each chosen trial's parameters and the links of its promoted trial."""
-        return [(dict(t.params), {TrialKey.SOURCE_TRIAL: t.number,
-                                  TrialKey.SOURCE_VALUE: float(t.values[self.accuracy])})
-                for t in self.chosen]
+        """Each chosen trial's parameters and the links of its promoted trial; with ``seeds``
+        above 1, ``seeds`` promoted trials per chosen trial, each naming its training seed
+        (``TrialKey.SEED``)."""
+        out: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        for t in self.chosen:
+            links = {TrialKey.SOURCE_TRIAL: t.number,
+                     TrialKey.SOURCE_VALUE: float(t.values[self.accuracy])}
+            if self.seeds == 1:
+                out.append((dict(t.params), links))
+                continue
+            out.extend((dict(t.params), {**links, TrialKey.SEED: self.spec.seed + i})
+                       for i in range(self.seeds))
+        return out
 
 
 def _free_name(base: str, taken: Sequence[str]) -> str:
@@ -109,13 +121,17 @@ def _free_name(base: str, taken: Sequence[str]) -> str:
 
 
 def plan_promotion(name: str, storage_url: str | None = None, *, top: int = DEFAULT_TOP,
-                   epochs: int | None = None, task: str | None = None) -> Plan:
+                   epochs: int | None = None, task: str | None = None,
+                   seeds: int = 1) -> Plan:
     """Choose the trials and build the promoted study's spec, reading the database only.
+    ``seeds`` above 1 trains each chosen trial that many times, with the seeds ``seed``,
+    ``seed + 1``, ... of the study (``studies.noise`` reads their spread).
 
     Raises:
         UnknownStudyError: no study ``name``.
-        ConfigError: ``top`` or ``epochs`` below 1, an unknown ``task``, a study without an
-            accuracy objective or without completed trials.
+        ConfigError: ``top``, ``epochs`` or ``seeds`` below 1, seeds past the trainer's
+            largest, an unknown ``task``, a study without an accuracy objective or without
+            completed trials.
     """
     from studies.engine import _check_task, load_existing
     from studies.storage import study_names
@@ -124,6 +140,8 @@ def plan_promotion(name: str, storage_url: str | None = None, *, top: int = DEFA
         raise ConfigError(f"`--top >= 1` must hold, but got {top}.")
     if epochs is not None and epochs < 1:
         raise ConfigError(f"`--epochs >= 1` must hold, but got {epochs}.")
+    if seeds < 1:
+        raise ConfigError(f"`--seeds >= 1` must hold, but got {seeds}.")
     source = load_existing(name, storage_url)
     spec = source.spec
     if "accuracy" not in spec.objective_names:
@@ -136,6 +154,9 @@ def plan_promotion(name: str, storage_url: str | None = None, *, top: int = DEFA
     if not front:
         raise ConfigError(f"Study {name!r} has no completed trials to promote; run or resume it "
                           "first.")
+    if spec.seed + seeds - 1 > _SEED_MAX:
+        raise ConfigError(f"`seed + seeds - 1 <= {_SEED_MAX}` must hold (the trainer's largest "
+                          f"seed), but got seed={spec.seed}, seeds={seeds}.")
     task_name = task or spec.task
     data = spec.to_dict()
     data.update({
@@ -151,11 +172,11 @@ def plan_promotion(name: str, storage_url: str | None = None, *, top: int = DEFA
         # Every chosen trial trains: none is rejected (on another task the costs change), and
         # the budget is their number, so the sampler never draws one of its own.
         "constraints": {}, "sampler": {"name": "random"}, "enqueue": [],
-        "budget": {"trials": len(front) + len(dominated)},
+        "budget": {"trials": (len(front) + len(dominated)) * seeds},
     })
     promoted = StudySpec.from_dict(data)
     _check_task(promoted)  # before anything is announced or written
-    return Plan(source, promoted, front, dominated, accuracy)
+    return Plan(source, promoted, front, dominated, accuracy, seeds)
 
 
 def promote(plan: Plan, *, address: str | None = None, progress: bool = True,

@@ -87,6 +87,7 @@ class TrialKey:
     TUNE_TRIAL: Final = "nas.tune_trial"  # Ray Tune's trial id
     SOURCE_TRIAL: Final = "nas.source_trial"  # promoted trial: the proxy trial's number
     SOURCE_VALUE: Final = "nas.source_value"  # promoted trial: the proxy trial's accuracy
+    SEED: Final = "nas.seed"  # promoted trial: the training seed it was enqueued with
 
 
 class StudyKey:

@@ -17,6 +17,7 @@ from nas.errors import NasError
 from studies._trials import StudyRun, base_settings
 from studies.engine import LEASE_STALE_AFTER, counted_trials, load_existing
 from studies.lease import is_stale, read_owner
+from studies.noise import NoisyPoint, noisy_front
 from studies.pareto import fill_reference, normalized_hypervolume
 from studies.record import StudyKey
 from studies.storage import (
@@ -180,14 +181,37 @@ def _summary(storage: optuna.storages.RDBStorage, name: str) -> dict[str, Any]:
 
 
 def pareto_trials(name: str, storage_url: str | None = None) -> list[dict[str, Any]]:
-    """The study's Pareto-optimal trials (Optuna's ``best_trials``), ordered by number."""
+    """The study's Pareto-optimal trials (Optuna's ``best_trials``), ordered by number.
+
+    For a study with a seeded promotion (``nas promote --seeds N``, N >= 2; the latest one,
+    ``studies.noise.noisy_front``) each trial also has its promoted accuracy over its seeds
+    (``accuracy_mean``, ``accuracy_std``: sample std, ``accuracy_min``, ``accuracy_max``,
+    ``seeds``; ``None`` and 0 for a front trial it did not train with 2 seeds or more), whether its
+    place on the front is within the noise (``within_noise``, ``None`` when untrained) and of
+    which trial (``noise_neighbour``), and the promotion's name (``noise_from``)."""
     run = load_existing(name, storage_url)
-    names = list(_attrs(run).objectives)
+    attrs = _attrs(run)
+    names = list(attrs.objectives)
     with session(run.storage.url):
         best = guarded(run.storage.engine, name, lambda: run.study.best_trials)
+    promoted, noisy = noisy_front(attrs, run.storage)
     out = []
     for t in sorted(best, key=lambda t: t.number):
         p = trial_attrs(name, t.number, t.user_attrs)
-        out.append({"number": t.number, "values": dict(zip(names, t.values, strict=True)),
-                    "arch_id": p.arch_id, "arch": p.arch, "status": p.status})
+        row = {"number": t.number, "values": dict(zip(names, t.values, strict=True)),
+               "arch_id": p.arch_id, "arch": p.arch, "status": p.status}
+        if promoted is not None:
+            row.update(_noise_keys(noisy.get(t.number)), noise_from=promoted)
+        out.append(row)
     return out
+
+
+def _noise_keys(point: NoisyPoint | None) -> dict[str, Any]:
+    if point is None:
+        return {"accuracy_mean": None, "accuracy_std": None, "accuracy_min": None,
+                "accuracy_max": None, "seeds": 0, "within_noise": None,
+                "noise_neighbour": None}
+    s = point.spread
+    return {"accuracy_mean": s.mean, "accuracy_std": s.std, "accuracy_min": s.min,
+            "accuracy_max": s.max, "seeds": s.seeds, "within_noise": point.within_noise,
+            "noise_neighbour": point.neighbour}

@@ -430,6 +430,7 @@ class TrialAttrs:
     tune_trial: str | None = None
     source_trial: int | None = None
     source_value: float | None = None
+    seed: int | None = None
 
     def config(self) -> ArchConfig:
         """The trial's architecture as an ``ArchConfig``; one line when it has none or the
@@ -467,7 +468,20 @@ def trial_attrs(study: str, number: int, raw: Mapping[str, Any]) -> TrialAttrs:
         enqueued=r.text(TrialKey.ENQUEUED), tune_trial=r.text(TrialKey.TUNE_TRIAL),
         source_trial=r.integer(TrialKey.SOURCE_TRIAL),
         source_value=r.number(TrialKey.SOURCE_VALUE),
+        seed=_seed(r),
     )
+
+
+#: The training seeds the trainer takes (numpy's 32 bits).
+_SEED_MAX = 2**32 - 1
+
+
+def _seed(r: _Reader) -> int | None:
+    """``TrialKey.SEED``: an integer the trainer takes as its seed."""
+    seed = r.integer(TrialKey.SEED)
+    if seed is not None and seed > _SEED_MAX:
+        raise r.fail(TrialKey.SEED, f"must be an integer <= {_SEED_MAX}, but is {seed}")
+    return seed
 
 
 def first_bad(study: str, rows: Sequence[tuple[int | None, str, Any]]) -> StoredValueError | None:

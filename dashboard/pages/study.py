@@ -9,6 +9,7 @@ shared by all of them (``StudyCache``).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import dash
@@ -19,6 +20,7 @@ from dash import ALL, Input, Output, State, ctx, dcc, no_update
 from dashboard import exports, figures, layout
 from dashboard._cache import StudyCache
 from dashboard.analysis import StudyView, filter_trials, shared_hypervolumes, sort_trials
+from dashboard.data import seed_noise
 from dashboard.formatting import kind_of, number
 from dashboard.pages._common import (
     file_stem,
@@ -45,11 +47,33 @@ def page(cache: StudyCache, name: str, refresh_ms: int) -> list[Any]:
     stored = info.stored
     promoted = stored is not None and bool(stored.promoted_from or stored.promotions)
     x, y = layout.front_axes(info.objectives)
-    front = (figures.pareto_2d(view.data, x, y, view.front, labels=hover(view))
+    front = (figures.pareto_2d(view.data, x, y, view.front, labels=hover(view),
+                               noise=promotion_noise(cache, view))
              if x is not None and y is not None else None)
     return layout.study_page(info, view.data, version, others=others,
                              formats=formats(study_family(info)), refresh_ms=refresh_ms,
                              promoted=promoted, front=front)
+
+
+def promotion_noise(cache: StudyCache, view: StudyView) -> pd.DataFrame | None:
+    """The spread of the study's latest seeded promotion (``nas promote --seeds``; one that
+    trained some trial with 2 seeds or more, ``dashboard.data.seed_noise``), or None. Read once
+    per version of the study; a deleted or unreadable promotion is passed over."""
+    def read() -> pd.DataFrame | None:
+        stored = view.data.info.stored
+        for name in reversed(stored.promotions if stored is not None else ()):
+            try:
+                promoted = cache.view(name)
+            except NasError:
+                continue  # a deleted promotion, or one that does not parse (its tab says so)
+            info = promoted.data.info
+            links = promoted.memo("promotion", partial(cache.reader.load_promotion, info))
+            noise = seed_noise(promoted.data, links)
+            if len(noise):
+                return noise
+        return None
+
+    return view.memo("seed_noise", read)
 
 
 def register(app: dash.Dash, cache: StudyCache) -> None:
@@ -94,7 +118,8 @@ def _register_store(app: dash.Dash, cache: StudyCache) -> None:
                   scale: str | None) -> Any:
         v = _view(cache, data)
         figure = figures.pareto_2d(v.data, x, y, v.front, labels=hover(v),
-                                   selected=numbers(selection), scale=scale or "auto")
+                                   selected=numbers(selection), scale=scale or "auto",
+                                   noise=promotion_noise(cache, v))
         # A new selection redraws the front only: the views do not wait on it again.
         drawn = no_update if ctx.triggered_id in (layout.SELECTED, layout.PARETO_SCALE) else \
             f"{data.get('version')}/{x}/{y}"

@@ -1,0 +1,296 @@
+"""A front that knows its noise: ``studies.noise`` on hand-made points, and a real seeded
+promotion (``nas promote --seeds 2``) of a fake-evaluator study read back by ``nas pareto``.
+
+The fake evaluator of ``study_helpers`` hashes the training settings, seed included, so each
+seed of a promoted trial scores differently.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+import pytest
+import study_helpers as h
+from optuna.trial import TrialState
+
+from dashboard import create_app
+from dashboard.layout import study_href
+from dashboard.testing import components, first_render
+from nas.errors import ConfigError
+from nas_cli.main import main as nas_main
+from studies import StudySpec, create_study, run_study
+from studies.keys import StudyKey, TrialKey
+from studies.noise import seed_spread, spread_of, within_noise
+from studies.promote import plan_promotion
+from studies.stored import StoredValueError, trial_attrs
+
+pytestmark = [pytest.mark.timeout(600)]
+ray_local = h.ray_local
+MAX_MIN = ["maximize", "minimize"]  # accuracy, params
+
+
+# ----------------------------------------------------------------------------- within_noise
+def test_a_neighbour_cheaper_and_as_accurate_within_the_noise_marks_a_point() -> None:
+    # p (index 1) costs more than q (index 0) and is more accurate by 0.02: with accuracy stds
+    # of 0.02 each the noise between them is 0.028, so p does not stand out from q. q is the
+    # cheapest: nothing costs less, so it stands out.
+    means = [[0.80, 100.0], [0.82, 200.0]]
+    stds = [[0.02, 0.0], [0.02, 0.0]]
+    assert within_noise(means, stds, MAX_MIN) == [None, 0]
+
+
+def test_a_lead_beyond_the_noise_survives() -> None:
+    # The same points with stds of 0.005: noise 0.0071 < 0.02, p's lead is decisive.
+    means = [[0.80, 100.0], [0.82, 200.0]]
+    stds = [[0.005, 0.0], [0.005, 0.0]]
+    assert within_noise(means, stds, MAX_MIN) == [None, None]
+
+
+def test_the_noise_is_the_combined_std() -> None:
+    # A lead of exactly sqrt(0.375**2 + 0.5**2) = 0.625 (all exact in binary) is decisive;
+    # a hair less is not.
+    stds = [[0.375, 0.0], [0.5, 0.0]]
+    assert within_noise([[0.25, 1.0], [0.875, 2.0]], stds, MAX_MIN) == [None, None]
+    assert within_noise([[0.25, 1.0], [0.8749, 2.0]], stds, MAX_MIN) == [None, 0]
+
+
+def test_costs_decide_when_neither_costs_no_more() -> None:
+    # Three objectives: p has fewer params, q fewer MAdds. Accuracy within the noise, yet
+    # each has a decisive (deterministic) cost advantage over the other: both stand out.
+    means = [[0.80, 100.0, 900.0], [0.81, 200.0, 800.0]]
+    stds = [[0.05, 0.0, 0.0], [0.05, 0.0, 0.0]]
+    assert within_noise(means, stds, ["maximize", "minimize", "minimize"]) == [None, None]
+
+
+def test_a_dominated_point_and_identical_points_are_within_the_noise() -> None:
+    # Point 2 is dominated outright by point 0 (cheaper, more accurate); 0 and 1 are equal.
+    means = [[0.9, 100.0], [0.9, 100.0], [0.7, 300.0]]
+    stds = [[0.0, 0.0]] * 3
+    assert within_noise(means, stds, MAX_MIN) == [1, 0, 0]
+
+
+def test_no_spread_means_plain_dominance() -> None:
+    # Stds of 0: any lead is decisive, so only dominated points are marked.
+    means = [[0.80, 100.0], [0.8001, 200.0], [0.79, 150.0]]
+    stds = [[0.0, 0.0]] * 3
+    assert within_noise(means, stds, MAX_MIN) == [None, None, 0]
+
+
+def test_within_noise_refuses_mismatched_shapes() -> None:
+    with pytest.raises(ValueError, match="One std per mean"):
+        within_noise([[0.8, 1.0]], [], MAX_MIN)
+    with pytest.raises(ValueError, match="needs 2 values"):
+        within_noise([[0.8]], [[0.0]], MAX_MIN)
+    with pytest.raises(ValueError, match="direction"):
+        within_noise([[0.8, 1.0]], [[0.0, 0.0]], ["maximize", "up"])
+
+
+# ----------------------------------------------------------------------------- spread_of
+def _promoted(number: int, values: list[float], source: int | None,
+              state: TrialState = TrialState.COMPLETE) -> optuna.trial.FrozenTrial:
+    attrs = {} if source is None else {TrialKey.SOURCE_TRIAL: source,
+                                       TrialKey.SOURCE_VALUE: 0.5}
+    t = optuna.trial.create_trial(state=state, values=values if state == TrialState.COMPLETE
+                                  else None, user_attrs=attrs)
+    t.number = number
+    return t
+
+
+def test_spread_of_groups_the_seeds_of_each_source_trial() -> None:
+    trials = [_promoted(0, [0.81, 10.0], 3), _promoted(1, [0.84, 10.0], 3),
+              _promoted(2, [0.90, 10.0], 3), _promoted(3, [0.70, 20.0], 5),
+              _promoted(4, [0.0, 0.0], 5, TrialState.FAIL),  # not counted
+              _promoted(5, [0.1, 1.0], None)]  # no source: not a promoted trial
+    spread = spread_of(trials, ["accuracy", "params"])
+    assert sorted(spread) == [3, 5]
+    s = spread[3]
+    assert s.seeds == 3 and s.mean == pytest.approx(0.85)
+    assert s.std == pytest.approx(statistics.stdev([0.81, 0.84, 0.90]))
+    assert (s.min, s.max) == (0.81, 0.90) and s.means == pytest.approx((0.85, 10.0))
+    one = spread[5]
+    assert one.seeds == 1 and one.std is None and one.mean == 0.70
+    assert spread_of(trials, ["params", "madds"]) == {}  # no accuracy: no spread
+
+
+def test_a_stored_seed_is_parsed() -> None:
+    assert trial_attrs("s", 0, {TrialKey.SEED: 7}).seed == 7
+    for bad in ("7", -1, 2**32, 1.5):
+        with pytest.raises(StoredValueError, match=r"nas\.seed"):
+            trial_attrs("s", 0, {TrialKey.SEED: bad})
+
+
+# ----------------------------------------------------------------------------- a promotion
+def _source(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    spec = StudySpec.from_dict(h.study_dict(
+        "src", objectives=["accuracy", "params", "madds"], budget={"trials": 6},
+        evaluator="study_helpers:instant", seed=11))
+    run_study(create_study(spec, url, geometry=h.GEOMETRY), progress=False)
+    return url
+
+
+def test_bad_seeds_are_refused_before_anything_is_written(tmp_path: Path, ray_local: None,
+                                                          capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    url = _source(tmp_path)
+    with pytest.raises(ConfigError, match="--seeds >= 1"):
+        plan_promotion("src", url, seeds=0)
+    capsys.readouterr()
+    assert nas_main(["promote", "src", "--seeds", "0", "--evaluator", "study_helpers:instant",
+                     "--storage", url]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--seeds >= 1" in err[0]
+    assert {s.study_name for s in optuna.get_all_study_summaries(url)} == {"src"}
+
+
+def test_a_seeded_promotion_stores_each_seed_and_pareto_shows_the_spread(
+        tmp_path: Path, ray_local: None, capsys: pytest.CaptureFixture[str]) -> None:
+    url = _source(tmp_path)
+    plan = plan_promotion("src", url, top=2, epochs=3, seeds=2)
+    chosen = [t.number for t in plan.chosen]
+    assert plan.spec.budget.trials == 2 * len(chosen)
+    capsys.readouterr()
+    assert nas_main(["promote", "src", "--top", "2", "--epochs", "3", "--seeds", "2",
+                     "--evaluator", "study_helpers:instant", "--storage", url]) == 0
+    out = capsys.readouterr().out
+    assert "seeded front trials stand out from the seed noise of 'src-promoted'" in out
+
+    promoted = optuna.load_study(study_name="src-promoted", storage=url)
+    trials = promoted.get_trials(states=(TrialState.COMPLETE,))
+    # Two trainings of each chosen trial, with the study's seed and the next, in its settings.
+    pairs = sorted((t.user_attrs[TrialKey.SOURCE_TRIAL], t.user_attrs[TrialKey.SEED],
+                    t.user_attrs[TrialKey.TRAIN]["seed"]) for t in trials)
+    assert pairs == sorted((n, s, s) for n in chosen for s in (11, 12))
+    by_source: dict[int, list[float]] = {}
+    for t in trials:
+        by_source.setdefault(t.user_attrs[TrialKey.SOURCE_TRIAL], []).append(t.values[0])
+    assert all(len(set(v)) == 2 for v in by_source.values())  # the seeds differ
+
+    spread = seed_spread("src-promoted", optuna.storages.RDBStorage(url))
+    assert sorted(spread) == sorted(chosen)
+    for n, acc in by_source.items():
+        s = spread[n]
+        assert s.seeds == 2 and s.mean == pytest.approx(statistics.fmean(acc))
+        assert s.std == pytest.approx(statistics.stdev(acc))
+        assert (s.min, s.max) == (min(acc), max(acc))
+    # The rank agreement pairs each source trial once, with its seeds' mean.
+    assert promoted.user_attrs[StudyKey.FIDELITY]["pairs"] == len(chosen)
+
+    capsys.readouterr()
+    assert nas_main(["pareto", "src", "--storage", url, "--json"]) == 0
+    front = json.loads(capsys.readouterr().out)
+    source = optuna.load_study(study_name="src", storage=url)
+    assert [t["number"] for t in front] == sorted(t.number for t in source.best_trials)
+    means = [[spread[n].means[0], spread[n].means[1], spread[n].means[2]] for n in sorted(spread)]
+    stds = [[spread[n].std or 0.0, 0.0, 0.0] for n in sorted(spread)]
+    marks = dict(zip(sorted(spread), within_noise(means, stds,
+                                                  ["maximize", "minimize", "minimize"]),
+                     strict=True))
+    for row in front:
+        assert set(row) >= {"number", "values", "arch_id", "arch", "status"}
+        assert row["noise_from"] == "src-promoted"
+        n = row["number"]
+        if n not in spread:
+            assert row["seeds"] == 0 and row["within_noise"] is None
+            continue
+        assert row["seeds"] == 2
+        assert row["accuracy_mean"] == pytest.approx(spread[n].mean)
+        assert row["accuracy_std"] == pytest.approx(spread[n].std)
+        assert (row["accuracy_min"], row["accuracy_max"]) == (spread[n].min, spread[n].max)
+        neighbour = marks[n]
+        assert row["within_noise"] is (neighbour is not None)
+        assert row["noise_neighbour"] == (None if neighbour is None
+                                          else sorted(spread)[neighbour])
+    assert any(row["seeds"] == 2 for row in front)
+
+    assert nas_main(["pareto", "src", "--storage", url]) == 0
+    text = capsys.readouterr().out
+    assert "promoted accuracy, mean ± std (seeds)" in text
+    first = next(row for row in front if row["seeds"] == 2)
+    assert f"{first['accuracy_mean']:.4f} ± {first['accuracy_std']:.4f} (2)" in text
+    assert not math.isnan(first["accuracy_std"])
+
+
+def test_one_seed_is_todays_promotion(tmp_path: Path, ray_local: None,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    url = _source(tmp_path)
+    plan = plan_promotion("src", url, top=2, epochs=3)
+    assert plan.seeds == 1 and plan.spec.budget.trials == len(plan.chosen)
+    assert all(TrialKey.SEED not in links for _, links in plan.enqueued())
+    assert nas_main(["promote", "src", "--top", "2", "--epochs", "3", "--evaluator",
+                     "study_helpers:instant", "--storage", url]) == 0
+    promoted = optuna.load_study(study_name="src-promoted", storage=url)
+    assert {t.user_attrs[TrialKey.TRAIN]["seed"] for t in promoted.trials} == {11}
+    capsys.readouterr()
+    assert nas_main(["pareto", "src", "--storage", url, "--json"]) == 0
+    front = json.loads(capsys.readouterr().out)
+    assert front and all(set(row) == {"number", "values", "arch_id", "arch", "status"}
+                         for row in front)
+
+
+# ----------------------------------------------------------------------------- the dashboard
+def _array(array: Any) -> list[float]:
+    """A serialised plotly array's values (a list, or a base64 typed array)."""
+    if isinstance(array, dict):
+        return [float(x) for x in np.frombuffer(base64.b64decode(array["bdata"]),
+                                                dtype=np.dtype(array["dtype"]))]
+    return [float(x) for x in array]
+
+
+def test_the_dashboards_front_draws_the_seed_spread(tmp_path: Path) -> None:
+    """A source study with a seeded promotion (as nas promote --seeds 2 links them): the
+    front has error bars of each trial's seed std on accuracy, and the point within the noise
+    is a trace of its own; a study without one draws no error bars."""
+    url = f"sqlite:///{tmp_path / 'noise.db'}"
+    directions = ["maximize", "minimize"]
+    source = optuna.create_study(storage=url, study_name="src", directions=directions)
+    source.set_user_attr(StudyKey.OBJECTIVES, ["accuracy", "params"])
+    source.set_user_attr(StudyKey.PROMOTIONS, ["src-promoted"])
+    plain = optuna.create_study(storage=url, study_name="plain", directions=directions)
+    plain.set_user_attr(StudyKey.OBJECTIVES, ["accuracy", "params"])
+    promoted = optuna.create_study(storage=url, study_name="src-promoted",
+                                   directions=directions)
+    promoted.set_user_attr(StudyKey.OBJECTIVES, ["accuracy", "params"])
+    promoted.set_user_attr(StudyKey.PROMOTED_FROM, "src")
+    # Trial 1 is 0.01 more accurate than the cheaper trial 0 on average, with seed stds of
+    # 0.0141 each: within the noise. Trial 2 leads by 0.135: it stands out.
+    proxy = [0.80, 0.82, 0.95]
+    seeds = [[0.80, 0.82], [0.81, 0.83], [0.95, 0.96]]
+    for i, (p, accs) in enumerate(zip(proxy, seeds, strict=True)):
+        for s in (source, plain):
+            s.add_trial(optuna.trial.create_trial(values=[p, 1000.0 * (i + 1)]))
+        for seed, acc in enumerate(accs):
+            promoted.add_trial(optuna.trial.create_trial(
+                values=[acc, 1000.0 * (i + 1)],
+                user_attrs={TrialKey.SOURCE_TRIAL: i, TrialKey.SOURCE_VALUE: p,
+                            TrialKey.SEED: seed}))
+
+    app = create_app(url, refresh_seconds=1)
+    client = app.server.test_client()
+
+    def front(name: str) -> dict[str, dict[str, Any]]:
+        results = first_render(client, app, study_href(name))
+        graph = next(c for c in components(results[0].response)
+                     if c["props"].get("id") == "pareto-2d")
+        return {t["name"]: t for t in graph["props"]["figure"]["data"]}
+
+    traces = front("src")
+    stands, noisy = traces["Pareto-optimal (2)"], traces[
+        "Pareto-optimal, within the seed noise (1)"]
+    # The page opens on params across, accuracy up (layout.front_axes).
+    assert _array(stands["y"]) == [0.80, 0.95] and "error_x" not in stands
+    assert stands["error_y"]["visible"] is True
+    assert _array(stands["error_y"]["array"]) == pytest.approx(
+        [statistics.stdev(seeds[0]), statistics.stdev(seeds[2])])
+    assert _array(noisy["y"]) == [0.82]
+    assert _array(noisy["error_y"]["array"]) == pytest.approx([statistics.stdev(seeds[1])])
+    assert noisy["marker"]["symbol"] == "diamond-open"
+    assert "within the noise of trial 0" in str(noisy["hovertext"])
+    assert all("error_y" not in t and "error_x" not in t for t in front("plain").values())
