@@ -256,6 +256,10 @@ def record_failed(run: StudyRun, trial: _TrialRef, attrs: Mapping[str, Any]) -> 
     _end(run, trial, Status.FAILED, attrs)
 
 
+#: What an enqueued trial carries from its enqueuing that a re-run of it keeps.
+_ENQUEUED = (TrialKey.SOURCE_TRIAL, TrialKey.SOURCE_VALUE, TrialKey.SEED, TrialKey.ENQUEUED)
+
+
 def close_interrupted(run: StudyRun, trials: Iterable[_TrialRef] | None = None, *,
                       reason: str = "the process running the study stopped while this trial "
                                     "ran") -> int:
@@ -275,9 +279,11 @@ def close_interrupted(run: StudyRun, trials: Iterable[_TrialRef] | None = None, 
     for trial in list(trials):
         _end(run, trial, Status.INTERRUPTED, {TrialKey.REASON: reason})
         if trial.params:  # closed after its configuration was drawn: run that again
+            # with what it was enqueued with (a promoted trial's links and seed, a label)
+            kept = {k: v for k, v in trial.user_attrs.items() if k in _ENQUEUED}
             with session(run.storage.url):
                 run.study.enqueue_trial(dict(trial.params),
-                                        user_attrs={TrialKey.RERUN_OF: trial.number},
+                                        user_attrs={**kept, TrialKey.RERUN_OF: trial.number},
                                         skip_if_exists=False)
         n += 1
     return n

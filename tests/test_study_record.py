@@ -83,6 +83,10 @@ def test_each_ending_is_stored_with_its_status_and_state(run: StudyRun) -> None:
     tally.add(Status.REJECTED)
     record_failed(run, trials[4], {TrialKey.REASON: "boom"})
     tally.add(Status.FAILED)
+    # A promoted trial's links and seed (set when it was enqueued) survive its re-run.
+    promoted = {TrialKey.SOURCE_TRIAL: 3, TrialKey.SOURCE_VALUE: 0.5, TrialKey.SEED: 7}
+    for key, value in promoted.items():
+        trials[6].set_user_attr(key, value)
     # One left by this run (closed by name), one left RUNNING by a crash (found in the database).
     assert close_interrupted(run, [trials[5]], reason="the run ended") == 1
     tally.add(Status.INTERRUPTED)
@@ -103,6 +107,8 @@ def test_each_ending_is_stored_with_its_status_and_state(run: StudyRun) -> None:
     # Each interrupted trial with drawn parameters is enqueued again, naming the one it reruns.
     reruns = [t for t in stored[7:] if t.state == TrialState.WAITING]
     assert [t.user_attrs[TrialKey.RERUN_OF] for t in reruns] == [5, 6]
+    assert not set(promoted) & set(reruns[0].user_attrs)
+    assert {k: reruns[1].user_attrs.get(k) for k in promoted} == promoted
     assert Tally.of(stored) == tally
     assert tally.counted == counted_trials(stored) == 4 and tally.rejected == 1
 
