@@ -48,7 +48,7 @@ from optuna.distributions import CategoricalDistribution, distribution_to_json
 from optuna.trial import FixedTrial
 
 from search_spaces import load_space
-from studies.keys import STATE_OF, Status, StudyKey, TrialKey
+from studies.record import STATE_OF, Status, StudyKey, TrialKey
 from studies.spec import StudySpec
 from studies.storage import epochs_table, open_storage
 

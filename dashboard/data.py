@@ -33,7 +33,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from dashboard import _sql as sql
 from studies import stored
-from studies.keys import Status, StudyKey, TrialKey
+from studies.record import Status, StudyKey, TrialKey
 from studies.storage import (
     StorageError,
     epochs_table,
@@ -77,7 +77,7 @@ _RESERVED = frozenset({*FIXED_COLUMNS, "trial_id", "pareto", "id"})
 # is read per trial; ``TrialKey.COST`` gives ``cost_params`` and ``cost_madds``).
 _SCALAR_ATTRS = {TrialKey.STATUS: "status", TrialKey.REASON: "reason",
                  TrialKey.ARCH_ID: "arch_id", TrialKey.EPOCHS_REACHED: "epochs_reached"}
-#: The words of trials that have not finished, beside ``studies.keys.Status``' six.
+#: The words of trials that have not finished, beside ``studies.record.Status``' six.
 UNFINISHED = ("running", "waiting")
 #: A trial's status where it has no ``TrialKey.STATUS`` (a study not made by nas, a trial
 #: still running): its Optuna state in ``Status``' words, so that a page never shows "pruned"
@@ -256,7 +256,7 @@ def _status_word(text: Any) -> str | None:
 
 def list_studies(engine: Engine) -> tuple[list[StudyInfo], pd.DataFrame]:
     """Every study, and a frame with one row per study: trials by status (one column per
-    ``studies.keys.Status`` word and per :data:`UNFINISHED` one, by ``TrialKey.STATUS`` or else
+    ``studies.record.Status`` word and per :data:`UNFINISHED` one, by ``TrialKey.STATUS`` or else
     the state), last activity, ``unreadable`` (why its stored values do not parse, else None),
     and each objective's values of the completed trials (columns ``study_id``, ``objective``,
     ``value``) in ``frame.attrs["values"]``, for the caller's best values and hypervolume."""

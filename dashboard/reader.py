@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 
 from dashboard import data
 from dashboard.data import UNFINISHED, StudyData, StudyInfo
-from studies.keys import Status
+from studies.record import Status
 from studies.storage import resolve_storage_url
 
 __all__ = ["Listing", "SqlReader", "StudyReader", "listing_of"]

@@ -22,7 +22,7 @@ from nas.config import ArchConfig
 from nas.cost import estimate_cost
 from search_spaces import SearchSpace
 from studies import StudySpec, create_study
-from studies.keys import Status, TrialKey
+from studies.record import Status, TrialKey
 from studies.storage import open_storage, write_epoch
 
 # The engine tests' vit space on 32x32 digits (2 x 2 x 2 knob values, 6 distinct

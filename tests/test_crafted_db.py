@@ -2,7 +2,7 @@
 
 A study database is shared, and Optuna's own tools and other programs write to it. Each case
 here takes a copy of a finished study database, replaces one stored value the way another tool
-could (every key of ``studies.keys`` and rows of ``nas_leases`` and ``nas_epochs``: missing, the
+could (every key of ``studies.record`` and rows of ``nas_leases`` and ``nas_epochs``: missing, the
 wrong JSON type, not JSON, huge, nested 100,000 deep, path-like, control characters) and runs
 the reading commands on it in-process:
 
@@ -35,8 +35,8 @@ from postgres_fixture import postgres_url
 from nas.cost import estimate_cost
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study
-from studies.keys import Status, StudyKey, TrialKey
 from studies.lease import acquire
+from studies.record import Status, StudyKey, TrialKey
 from studies.storage import open_storage, write_epoch
 from studies.stored import iter_keys
 

@@ -20,8 +20,8 @@ from dashboard.data import FIXED_COLUMNS, StudyData, StudyInfo
 from dashboard.pages.studies import rows
 from dashboard.reader import Listing, StudyReader, listing_of
 from dashboard.testing import callback_body, components, first_render, post_callback
-from studies.keys import Status
 from studies.pareto import nondominated_mask, normalized_hypervolume, to_minimization
+from studies.record import Status
 from studies.storage import StorageError
 
 NAME, OTHER = "in-memory", "in-memory-b"

@@ -3,7 +3,7 @@
 A study database is shared: teammates, ``optuna.copy_study``, notebooks write to its tables, so
 what the dashboard reads there is data of unknown origin. Each case takes a copy of a database
 the engine wrote (``studies.create_study``, Optuna's ask and tell, ``write_epoch``), replaces
-stored values as another tool could (every key of ``studies.keys.StudyKey`` and ``TrialKey``:
+stored values as another tool could (every key of ``studies.record.StudyKey`` and ``TrialKey``:
 missing, the wrong JSON type, not JSON, over 1,000,000 characters, nested 100,000 deep, control
 characters; rows of ``nas_epochs``; Optuna's own columns) with sqlite3, and reads it:
 
@@ -48,7 +48,7 @@ from dashboard.layout import study_href, trial_href
 from dashboard.testing import callback_body, components, first_render, post_callback
 from nas.errors import NasError
 from studies import StudySpec, create_study
-from studies.keys import Status, StudyKey, TrialKey
+from studies.record import Status, StudyKey, TrialKey
 from studies.storage import epochs_table, write_epoch
 from studies.stored import StoredValueError, iter_keys, trial_attrs
 

@@ -26,9 +26,9 @@ from dashboard.testing import components, first_render
 from nas.errors import ConfigError
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study, run_study
-from studies.keys import StudyKey, TrialKey
 from studies.noise import seed_spread, spread_of, within_noise
 from studies.promote import plan_promotion
+from studies.record import StudyKey, TrialKey
 from studies.stored import StoredValueError, trial_attrs
 
 pytestmark = [pytest.mark.timeout(600)]

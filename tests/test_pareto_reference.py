@@ -20,7 +20,6 @@ from search_spaces import SearchSpace
 from studies import StudySpec, create_study, load_existing, run_study
 from studies._progress import Progress
 from studies.engine import largest_cost, study_reference, uniform_chance
-from studies.keys import StudyKey
 from studies.pareto import (
     fill_reference,
     hypervolume_history,
@@ -30,6 +29,7 @@ from studies.pareto import (
     scale_to_reference,
     to_minimization,
 )
+from studies.record import StudyKey
 
 ray_local = h.ray_local
 ACC_PARAMS = ["maximize", "minimize"]

@@ -31,8 +31,8 @@ from nas.errors import ConfigError
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study, run_study
 from studies.cluster import check_resources
-from studies.keys import Status, StudyKey, TrialKey
 from studies.lease import read_owner
+from studies.record import Status, StudyKey, TrialKey
 from studies.spec import Resources
 from studies.storage import open_storage, read_epochs
 

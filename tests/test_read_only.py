@@ -32,7 +32,7 @@ from postgres_fixture import postgres_url
 
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study, load_existing
-from studies.keys import Status, TrialKey
+from studies.record import Status, TrialKey
 from studies.storage import (
     StorageError,
     UnknownStudyError,

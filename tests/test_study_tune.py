@@ -29,8 +29,8 @@ from optuna.trial import TrialState
 
 from nas_cli.main import main as nas_main
 from studies import StudySpec, counted_trials, create_study, load_existing, run_study
-from studies.keys import Status, StudyKey, TrialKey
 from studies.lease import acquire, leases_table, read_owner
+from studies.record import Status, StudyKey, TrialKey
 from studies.storage import open_storage
 
 pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(600)]

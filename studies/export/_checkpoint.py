@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nas.errors import NasError
-from studies.keys import TrialKey
+from studies.record import TrialKey
 from studies.stored import StoredValueError
 
 __all__ = ["MAX_CHECKPOINT_BYTES", "Checkpoint", "read_checkpoint"]

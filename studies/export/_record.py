@@ -25,7 +25,7 @@ from nas.config import ArchConfig
 from nas.errors import NasError
 from nas.tasks import GEOMETRIES, TaskGeometry
 from studies.engine import StudyRun, load_existing
-from studies.keys import StudyKey
+from studies.record import StudyKey
 from studies.report import pareto_trials
 from studies.spec import StudySpec
 from studies.storage import session
