@@ -167,12 +167,31 @@ def fit(run: StudyRun, evaluator: Evaluator | None, pool: int, deadline: float,
         error = exc
     finally:
         searcher.close()
+        left = searcher.unclosed + _close_leftovers(run)
     fault = searcher.fault or (_first_line(error) if error is not None else "")
     if fault:
-        raise RunAborted(f"Study {spec.name!r} stopped: {fault}. Its running trials were closed "
-                         f"as interrupted (where the database could still be written); continue "
-                         f"with `nas resume {spec.name}`.") from error
+        if left:
+            closed = ("Trials it could not close (the database could not be written) are "
+                      "closed as interrupted by")
+        else:
+            closed = "Its running trials were closed as interrupted; continue with"
+        raise RunAborted(f"Study {spec.name!r} stopped: {fault}. {closed} "
+                         f"`nas resume {spec.name}`.") from error
     return searcher.halted
+
+
+def _close_leftovers(run: StudyRun) -> int:
+    """After ``Tuner.fit``, under the study's lease: close every trial the database still holds
+    as RUNNING (none is live any more: one the searcher could not close while the database was
+    down, one whose creation was retried). Returns how many may still be left (0, or 1 when
+    the database cannot be written now: the next resume closes them)."""
+    from studies.record import close_interrupted
+
+    try:
+        close_interrupted(run, reason="the run ended while this trial was waiting or training")
+    except NasError:
+        return 1
+    return 0
 
 
 def trial_resources(run: StudyRun, evaluator: Evaluator | None,

@@ -257,7 +257,8 @@ def record_failed(run: StudyRun, trial: _TrialRef, attrs: Mapping[str, Any]) -> 
 
 def close_interrupted(run: StudyRun, trials: Iterable[_TrialRef] | None = None, *,
                       reason: str = "the process running the study stopped while this trial "
-                                    "ran") -> int:
+                                    "ran", rerun: bool = True,
+                      attrs: Mapping[str, Any] | None = None) -> int:
     """Close trials a run will not finish as interrupted (not counted) and enqueue their
     parameters again; returns how many were closed.
 
@@ -265,15 +266,17 @@ def close_interrupted(run: StudyRun, trials: Iterable[_TrialRef] | None = None, 
     ``None``: every trial the database holds as RUNNING (a crashed run's, closed when the next
     run takes the study, or by a run whose Ray head went away). A trial closed between ``ask``
     and the drawing of its parameters has no configuration to run again: it is only closed
-    (the sampler draws a fresh one in its place).
+    (the sampler draws a fresh one in its place); nor has one closed with ``rerun=False``
+    (its parameters were being drawn when the database failed). ``attrs``: more user
+    attributes to store with it (``TrialKey.FAULT`` of an infrastructure fault).
     """
     if trials is None:
         with session(run.storage.url):
             trials = run.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     n = 0
     for trial in list(trials):
-        _end(run, trial, Status.INTERRUPTED, {TrialKey.REASON: reason})
-        if trial.params:  # closed after its configuration was drawn: run that again
+        _end(run, trial, Status.INTERRUPTED, {**(attrs or {}), TrialKey.REASON: reason})
+        if rerun and trial.params:  # closed after its configuration was drawn: run that again
             with session(run.storage.url):
                 run.study.enqueue_trial(dict(trial.params),
                                         user_attrs={TrialKey.RERUN_OF: trial.number},

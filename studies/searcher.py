@@ -20,7 +20,6 @@ Optuna's storage is the record: Tune's trial ids are kept only while the run liv
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
@@ -60,7 +59,8 @@ def _guarded(method: _F) -> _F:
     @functools.wraps(method)
     def wrapper(self: StudySearcher, *args: Any, **kwargs: Any) -> Any:
         try:
-            return method(self, *args, **kwargs)
+            with session(self.run.storage.url):  # a driver error that escaped: ours, one line
+                return method(self, *args, **kwargs)
         except (StorageError, OSError) as exc:
             self.fault = self.fault or " ".join(str(exc).split())
             return Searcher.FINISHED if method.__name__ == "suggest" else None
@@ -141,6 +141,7 @@ class StudySearcher(Searcher):
         self.errored: dict[str, _Candidate] = {}  # failed in Tune, waiting for the error text
         self.stopped_at: dict[str, int] = {}  # Tune trial id -> the epoch the scheduler stopped
         self.fault = ""  # a database or disk fault met in a Tune hook: the run stops
+        self.unclosed = 0  # trials this run could not close (the database was down)
 
     @property
     def halted(self) -> str:
@@ -259,8 +260,12 @@ class StudySearcher(Searcher):
         with session(run.storage.url):
             trial = run.study.ask()
         try:
-            config, train_overrides = suggest(run.space, trial, spec.smoke)
+            with session(run.storage.url):  # the sampler reads and writes the database
+                config, train_overrides = suggest(run.space, trial, spec.smoke)
             cost = self.costs.get(config.arch_id) or _estimate_cost(config, self.geometry)
+        except StorageError:  # a database fault while drawing: the trial must not stay RUNNING
+            self._abandon(trial)
+            raise
         except NasError as exc:  # a space that lets an invalid config through: record, go on
             self._reject(trial, str(exc), {})
             return None
@@ -319,12 +324,28 @@ class StudySearcher(Searcher):
                              source=previous.number, attrs=attrs)
         self._told(Status.REUSED, list(previous.values))
 
+    def _abandon(self, trial: optuna.trial.Trial) -> None:
+        """Close a trial whose parameters could not be drawn (a database fault): interrupted,
+        not counted, not enqueued again (the sampler draws afresh). Where the database cannot
+        be written now, it is left for the end of the run or the next resume to close."""
+        try:
+            record.close_interrupted(
+                self.run, [trial], rerun=False,
+                reason="the database failed while this trial's parameters were drawn")
+        except NasError:
+            self.unclosed += 1
+            return
+        self._told(Status.INTERRUPTED)
+
     def _interrupt(self, candidate: _Candidate) -> None:
         self.pace.ended(candidate.key)
-        with contextlib.suppress(NasError):  # the database may be what ended the run
+        try:
             record.close_interrupted(
                 self.run, [candidate.trial],
                 reason="the run ended while this trial was waiting or training")
+        except NasError:  # the database may be what ended the run: left for the next resume
+            self.unclosed += 1
+            return
         self._told(Status.INTERRUPTED)
 
     def _finish(self, candidate: _Candidate, result: dict[str, Any]) -> None:
