@@ -24,6 +24,8 @@ imports neither torch nor Ray: the dashboard and ``nas status`` use its names.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from studies.storage import session, set_trial_user_attrs, write_epoch
+from studies.storage import retrying, set_trial_user_attrs, write_epoch
 
 if TYPE_CHECKING:
     from nas.tasks import TaskGeometry
@@ -206,8 +208,8 @@ _TrialRef = optuna.trial.Trial | FrozenTrial
 
 def record_sampled(run: StudyRun, trial: _TrialRef, attrs: Mapping[str, Any]) -> None:
     """What a trial will train: its architecture, id, cost and settings."""
-    with session(run.storage.url):
-        set_trial_user_attrs(run.storage, trial._trial_id, dict(attrs))
+    retrying(run.storage.url,
+             lambda: set_trial_user_attrs(run.storage, trial._trial_id, dict(attrs)))
 
 
 def record_launched(run: StudyRun, trial: _TrialRef, tune_trial: str) -> None:
@@ -220,11 +222,18 @@ def _end(run: StudyRun, trial: _TrialRef, status: str, attrs: Mapping[str, Any],
     """Close ``trial`` as ``status``: its user attributes (one transaction), then Optuna's
     ``tell`` with the state the status is stored with (``STATE_OF``)."""
     state = TrialState[STATE_OF[status]]
-    with session(run.storage.url):
+
+    def end() -> None:
         set_trial_user_attrs(run.storage, trial._trial_id, {**attrs, TrialKey.STATUS: status})
         run.study.tell(trial if isinstance(trial, optuna.trial.Trial) else trial.number,
                        list(values) if state == TrialState.COMPLETE and values is not None
                        else None, state=state)
+
+    def again() -> None:  # the connection broke: the first try may have committed the tell
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            end()
+
+    retrying(run.storage.url, end, again=again)
 
 
 def record_completed(run: StudyRun, trial: _TrialRef, values: Sequence[float],
@@ -271,16 +280,15 @@ def close_interrupted(run: StudyRun, trials: Iterable[_TrialRef] | None = None, 
     attributes to store with it (``TrialKey.FAULT`` of an infrastructure fault).
     """
     if trials is None:
-        with session(run.storage.url):
-            trials = run.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        trials = retrying(run.storage.url, lambda: run.study.get_trials(
+            deepcopy=False, states=(TrialState.RUNNING,)))
     n = 0
     for trial in list(trials):
         _end(run, trial, Status.INTERRUPTED, {**(attrs or {}), TrialKey.REASON: reason})
         if rerun and trial.params:  # closed after its configuration was drawn: run that again
-            with session(run.storage.url):
-                run.study.enqueue_trial(dict(trial.params),
-                                        user_attrs={TrialKey.RERUN_OF: trial.number},
-                                        skip_if_exists=False)
+            retrying(run.storage.url, functools.partial(
+                run.study.enqueue_trial, dict(trial.params),
+                user_attrs={TrialKey.RERUN_OF: trial.number}, skip_if_exists=False))
         n += 1
     return n
 
@@ -291,8 +299,9 @@ def record_epoch(run: StudyRun, trial: _TrialRef, report: Mapping[str, Any]) -> 
     intermediate value at that step (see the module's note). A re-sent epoch (a trial Tune
     retried) replaces neither: both hold the first report."""
     epoch = int(report["epoch"])
-    new = write_epoch(run.storage, run.spec.name, trial.number, {**report, "epoch": epoch})
+    new = retrying(run.storage.url, lambda: write_epoch(run.storage, run.spec.name,
+                                                        trial.number, {**report, "epoch": epoch}))
     value = report.get("value")
     if new and isinstance(value, (int, float)) and math.isfinite(value):
-        with session(run.storage.url):
-            run.storage.set_trial_intermediate_value(trial._trial_id, epoch, float(value))
+        retrying(run.storage.url, lambda: run.storage.set_trial_intermediate_value(
+            trial._trial_id, epoch, float(value)))

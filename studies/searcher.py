@@ -42,7 +42,7 @@ from studies._tally import Tally
 from studies._trials import StudyRun, base_settings, suggest
 from studies.constraints import cost_dict, violations
 from studies.record import Status, TrialKey
-from studies.storage import StorageError, session
+from studies.storage import StorageError, retrying, session
 
 if TYPE_CHECKING:  # the cost model (torch) is imported when the first trial is costed
     from nas.cost import Cost
@@ -257,11 +257,10 @@ class StudySearcher(Searcher):
         """Ask for a trial, map its parameters to an architecture and cost it; reject it or
         reuse a known result (None), or return it to train."""
         run, spec = self.run, self.run.spec
-        with session(run.storage.url):
-            trial = run.study.ask()
-        try:
-            with session(run.storage.url):  # the sampler reads and writes the database
-                config, train_overrides = suggest(run.space, trial, spec.smoke)
+        trial = retrying(run.storage.url, run.study.ask)
+        try:  # the sampler reads and writes the database: retried like any write
+            config, train_overrides = retrying(run.storage.url,
+                                               lambda: suggest(run.space, trial, spec.smoke))
             cost = self.costs.get(config.arch_id) or _estimate_cost(config, self.geometry)
         except StorageError:  # a database fault while drawing: the trial must not stay RUNNING
             self._abandon(trial)

@@ -7,20 +7,30 @@ closed by the end of the run or by the next `nas resume`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
+import sqlalchemy as sa
 import sqlalchemy.exc as sa_exc
 import study_helpers as h
 from optuna.trial import TrialState
+from postgres_fixture import find_postgres_bin, postgres_server
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
+import studies.storage as storage
 from nas_cli.main import main as nas_main
 from studies import counted_trials
 from studies.lease import read_owner
-from studies.storage import open_storage
+from studies.storage import StorageError, open_storage, retrying
 
 pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(600)]
 ray_local = h.ray_local
@@ -77,3 +87,188 @@ def test_a_database_error_while_drawing_parameters_stops_the_run_cleanly(
                      "--storage", url]) == 0
     assert counted_trials(h.load(url, "draw")) == 4
     assert not _running(url, "draw")
+
+
+# ----------------------------------------------------------------------------- lost connections
+def _lost() -> Exception:
+    return sa_exc.OperationalError("SELECT 1", {}, Exception(
+        "server closed the connection unexpectedly"))
+
+
+def test_retrying_waits_out_a_lost_connection_for_a_bounded_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lost connection is retried with backoff until the call succeeds, or until
+    RETRY_SECONDS pass (then the driver's error stands, one line); any other error, and any
+    error of SQLite (no connection to lose), is not retried."""
+    monkeypatch.setattr(storage, "RETRY_SECONDS", 1.0)
+    monkeypatch.setattr(storage, "_FIRST_DELAY", 0.01)
+    url = "postgresql+psycopg://postgres@127.0.0.1:9/nas"
+    calls: list[str] = []
+
+    def flaky() -> str:
+        calls.append("flaky")
+        if len(calls) < 3:
+            raise _lost()
+        return "written"
+
+    assert retrying(url, flaky) == "written" and len(calls) == 3
+
+    def down() -> None:
+        calls.append("down")
+        raise _lost()
+
+    calls.clear()
+    started = time.monotonic()
+    with pytest.raises(StorageError, match="server closed the connection") as info:
+        retrying(url, down)
+    assert info.value.transient and len(calls) > 3
+    assert time.monotonic() - started < 5  # bounded (1 s here), not for ever
+
+    def bad() -> None:
+        calls.append("bad")
+        raise sa_exc.DatabaseError("INSERT", {}, Exception("value too long"))
+
+    for target, failing in ((url, bad), (f"sqlite:///{Path('x.db').absolute()}", down)):
+        calls.clear()
+        with pytest.raises(StorageError):
+            retrying(target, failing)
+        assert len(calls) == 1
+
+    # A retry whose first try may have committed runs `again` instead.
+    calls.clear()
+
+    def first() -> str:
+        calls.append("first")
+        raise _lost()
+
+    assert retrying(url, first, again=lambda: "finished") == "finished" and calls == ["first"]
+
+
+class _Server:
+    """The PostgreSQL server of :func:`postgres_server` behind ``url``, stopped and started as
+    an administrator would (same data folder, same port)."""
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self.url, self.port = url, make_url(url).port
+        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres",
+                             dbname="postgres", autocommit=True) as conn:
+            row = conn.execute("SHOW data_directory").fetchone()
+        assert row is not None
+        self.data = Path(row[0])
+        self.root = self.data.parent
+        self.bin = find_postgres_bin()
+        assert self.bin is not None
+
+    def _pg_ctl(self, *args: str) -> None:
+        user = "postgres" if os.geteuid() == 0 else None
+        done = subprocess.run([str(self.bin / "pg_ctl"), "-D", str(self.data), *args],
+                              cwd=self.root, user=user, capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "LC_ALL": "C"})
+        assert done.returncode == 0, done.stderr
+
+    def restart(self) -> None:
+        self._pg_ctl("-l", str(self.root / "server.log"), "-m", "fast", "-w", "-t", "60",
+                     "restart")
+
+    def stop(self) -> None:
+        self._pg_ctl("-m", "fast", "-w", "stop")
+
+    def start(self) -> None:
+        self._pg_ctl("-l", str(self.root / "server.log"), "-w", "-t", "60", "-o",
+                     f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} "
+                     "-c fsync=off -c full_page_writes=off -c synchronous_commit=off", "start")
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[_Server]:
+    """A PostgreSQL server of this module's own (its tests stop and restart it)."""
+    with postgres_server() as url:
+        yield _Server(url)
+
+
+def _epochs_reported(url: str) -> int:
+    """Epoch rows written so far (0 before the table exists, or while the server is down)."""
+    engine = sa.create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(sa.text("SELECT count(*) FROM nas_epochs")).scalar_one())
+    except sa_exc.SQLAlchemyError:
+        return 0
+    finally:
+        engine.dispose()
+
+
+def _when(condition: Callable[[], bool], timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.2)
+
+
+def test_a_postgresql_restart_mid_run_is_retried_and_the_study_completes(
+        pg: _Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """PostgreSQL restarts (within a second) while trials train and report: the run reconnects
+    and completes its budget with every trial recorded, none left RUNNING."""
+    path = h.write_study(tmp_path / "restart.yaml", "restart", budget={"trials": 6},
+                         evaluator="study_helpers:slow")
+    restarted = threading.Event()
+    problems: list[BaseException] = []
+
+    def restart_when_under_way() -> None:
+        try:
+            _when(lambda: _epochs_reported(pg.url) >= 1)  # a trial mid-training
+            pg.restart()
+            restarted.set()
+        except BaseException as exc:  # seen by the test below
+            problems.append(exc)
+
+    thread = threading.Thread(target=restart_when_under_way, daemon=True)
+    thread.start()
+    assert nas_main(["run", str(path), "--storage", pg.url]) == 0
+    thread.join(60)
+    assert not problems and restarted.is_set()
+    trials = h.load(pg.url, "restart")
+    assert counted_trials(trials) == 6
+    assert all(t.state.is_finished() for t in trials)
+    assert {t.user_attrs.get("nas.status") for t in trials} <= {"completed", "reused"}
+    assert read_owner(open_storage(pg.url).engine, "restart") is None
+
+
+def test_a_database_down_past_the_bound_stops_in_one_line_and_resume_closes_what_was_left(
+        pg: _Server, tmp_path: Path) -> None:
+    """PostgreSQL stays down longer than the retries last: the run stops with one line naming
+    the database error, without claiming the trials it could not write were closed; with the
+    database back, `nas resume` closes them and the stale lease, and finishes the study."""
+    path = h.write_study(tmp_path / "down.yaml", "down", budget={"trials": 6},
+                         evaluator="study_helpers:slow")
+    done_before = _epochs_reported(pg.url)  # the other study's, on the same server
+    code = ("import sys; import studies.storage as s; s.RETRY_SECONDS = 3.0; "
+            "from nas_cli.main import main; sys.exit(main(sys.argv[1:]))")
+    process = subprocess.Popen([sys.executable, "-c", code, "run", str(path), "--storage",
+                                pg.url], env=h.subprocess_env(), cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _when(lambda: _epochs_reported(pg.url) > done_before or process.poll() is not None)
+        pg.stop()
+        _, err = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        pg.start()
+    lines = err.strip().splitlines()
+    assert process.returncode == 1, err
+    assert "cannot be used" in lines[-1] and "nas resume down" in lines[-1], err
+    assert "invalid data in the commit" not in err
+    assert "could not close" in lines[-1] and "were closed" not in lines[-1]
+    assert not any("Traceback" in line for line in lines), err
+    assert _running(pg.url, "down")  # left behind: the database was down
+    assert read_owner(open_storage(pg.url).engine, "down") is not None  # a stale lease
+    assert nas_main(["resume", "down", "--evaluator", "study_helpers:slow",
+                     "--storage", pg.url]) == 0
+    trials = h.load(pg.url, "down")
+    assert counted_trials(trials) == 6
+    assert not _running(pg.url, "down")
+    assert any(t.user_attrs.get("nas.status") == "interrupted" for t in trials)
+    assert read_owner(open_storage(pg.url).engine, "down") is None
