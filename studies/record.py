@@ -87,6 +87,7 @@ class TrialKey:
     RERUN_OF: Final = "nas.rerun_of"  # the interrupted trial it runs again
     ENQUEUED: Final = "nas.enqueued"  # the label of the enqueued architecture
     TUNE_TRIAL: Final = "nas.tune_trial"  # Ray Tune's trial id
+    FAULT: Final = "nas.fault"  # "infrastructure": its node or worker was lost (interrupted)
     SOURCE_TRIAL: Final = "nas.source_trial"  # promoted trial: the proxy trial's number
     SOURCE_VALUE: Final = "nas.source_value"  # promoted trial: the proxy trial's accuracy
 

@@ -7,7 +7,9 @@ closed by the end of the run or by the next `nas resume`.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -272,3 +274,51 @@ def test_a_database_down_past_the_bound_stops_in_one_line_and_resume_closes_what
     assert not _running(pg.url, "down")
     assert any(t.user_attrs.get("nas.status") == "interrupted" for t in trials)
     assert read_owner(open_storage(pg.url).engine, "down") is None
+
+
+# ----------------------------------------------------------------------------- lost workers
+def dies_once(arch: dict[str, Any], settings: dict[str, Any], task: str,
+              task_options: dict[str, Any], *, latency: bool = False, report: h.Report = None,
+              log: str | None = None) -> dict[str, Any]:
+    """An evaluator whose first call anywhere kills its own Ray worker process (SIGKILL, as the
+    kernel's or Ray's memory killer does), after writing the architecture to the file
+    ``$NAS_FAKE_KILL``; every later call is :func:`study_helpers.instant`."""
+    mark = Path(os.environ["NAS_FAKE_KILL"])
+    try:
+        with mark.open("x") as f:
+            f.write(json.dumps(arch))
+    except FileExistsError:
+        return h.instant(arch, settings, task, task_options, latency=latency, report=report,
+                         log=log)
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable")
+
+
+def test_a_lost_worker_is_an_infrastructure_fault_and_its_configuration_runs_again(
+        tmp_path: Path) -> None:
+    """A trial's worker process dies: the trial is closed with its reason as an infrastructure
+    fault (interrupted, `nas.fault`), not counted; its configuration runs again and completes;
+    the budget holds, the run says what happened in one line, and no trial is left RUNNING."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    mark = tmp_path / "killed.json"
+    path = h.write_study(tmp_path / "lost.yaml", "lost", budget={"trials": 4},
+                         evaluator="test_study_faults:dies_once")
+    done = subprocess.run([*h.NAS, "run", str(path), "--storage", url],
+                          env=h.subprocess_env(NAS_FAKE_KILL=str(mark)), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, done.stderr
+    killed = json.loads(mark.read_text())
+    trials = h.load(url, "lost")
+    lost = [t for t in trials if t.user_attrs.get("nas.fault") == "infrastructure"]
+    assert len(lost) == 1 and lost[0].user_attrs["nas.arch"] == killed
+    assert lost[0].user_attrs["nas.status"] == "interrupted"
+    assert "infrastructure fault" in lost[0].user_attrs["nas.reason"]
+    assert "Error" in lost[0].user_attrs["nas.reason"]  # Ray's error type, e.g. ActorDiedError
+    again = [t for t in trials if t.user_attrs.get("nas.rerun_of") == lost[0].number]
+    assert len(again) == 1 and again[0].user_attrs["nas.arch"] == killed
+    assert again[0].user_attrs["nas.status"] in ("completed", "reused")
+    assert counted_trials(trials) == 4
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    assert not [t for t in trials if t.user_attrs.get("nas.status") == "failed"]
+    notes = [line for line in done.stderr.splitlines() if "worker was lost" in line]
+    assert len(notes) == 1 and f"trial {lost[0].number}" in notes[0], done.stderr
