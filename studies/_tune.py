@@ -110,13 +110,52 @@ def _tune_environment(verbose: bool) -> Iterator[None]:
     # graceful stop, which would return as if the study had ended.
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     try:
-        yield
+        with contextlib.ExitStack() as quiet:
+            if not verbose:
+                quiet.enter_context(_quiet_ray())
+            yield
     finally:
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+#: Loggers whose records (a failed trial's traceback, "Trials did not complete") are Tune's own
+#: output: shown with ``--verbose`` only; the run prints its own one-line summaries.
+_TUNE_LOGGERS = ("ray.tune", "ray.train", "ray.air")
+
+
+@contextlib.contextmanager
+def _quiet_ray() -> Iterator[None]:
+    """While a run without ``--verbose`` lives: Tune's loggers only for critical records, and
+    none of the raylet's messages that Ray's driver prints on stdout (a dead worker's 40-line
+    state dump). Ray prints those from a thread of its own through
+    ``ray._private.worker.print_to_stdstream`` whatever ``log_to_driver`` says; that function is
+    swapped for one that drops the raylet's messages, and put back afterwards."""
+    import logging
+
+    from ray._private import worker as ray_worker
+
+    levels = {name: logging.getLogger(name).level for name in _TUNE_LOGGERS}
+    for name in _TUNE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    printer = getattr(ray_worker, "print_to_stdstream", None)
+
+    def without_raylet(data: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        if data.get("pid") != "raylet" and printer is not None:
+            printer(data, *args, **kwargs)
+
+    if printer is not None:
+        ray_worker.print_to_stdstream = without_raylet
+    try:
+        yield
+    finally:
+        if printer is not None:
+            ray_worker.print_to_stdstream = printer
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def fit(run: StudyRun, evaluator: Evaluator | None, pool: int, deadline: float,

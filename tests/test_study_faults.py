@@ -239,7 +239,7 @@ def test_a_postgresql_restart_mid_run_is_retried_and_the_study_completes(
 
 
 def test_a_database_down_past_the_bound_stops_in_one_line_and_resume_closes_what_was_left(
-        pg: _Server, tmp_path: Path) -> None:
+        pg: _Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """PostgreSQL stays down longer than the retries last: the run stops with one line naming
     the database error, without claiming the trials it could not write were closed; with the
     database back, `nas resume` closes them and the stale lease, and finishes the study."""
@@ -266,6 +266,9 @@ def test_a_database_down_past_the_bound_stops_in_one_line_and_resume_closes_what
     assert "could not close" in lines[-1] and "were closed" not in lines[-1]
     assert not any("Traceback" in line for line in lines), err
     assert _running(pg.url, "down")  # left behind: the database was down
+    assert nas_main(["status", "down", "--storage", pg.url, "--json"]) == 0
+    statuses = json.loads(capsys.readouterr().out)["statuses"]
+    assert statuses.get("interrupted") and "running" not in statuses  # its owner is gone
     assert read_owner(open_storage(pg.url).engine, "down") is not None  # a stale lease
     assert nas_main(["resume", "down", "--evaluator", "study_helpers:slow",
                      "--storage", pg.url]) == 0
@@ -294,16 +297,20 @@ def dies_once(arch: dict[str, Any], settings: dict[str, Any], task: str,
     raise AssertionError("unreachable")
 
 
+@pytest.mark.parametrize("verbose", [False, True], ids=["quiet", "verbose"])
 def test_a_lost_worker_is_an_infrastructure_fault_and_its_configuration_runs_again(
-        tmp_path: Path) -> None:
+        tmp_path: Path, verbose: bool) -> None:
     """A trial's worker process dies: the trial is closed with its reason as an infrastructure
     fault (interrupted, `nas.fault`), not counted; its configuration runs again and completes;
-    the budget holds, the run says what happened in one line, and no trial is left RUNNING."""
+    the budget holds, the run says what happened in one line, and no trial is left RUNNING.
+    Tune's traceback of the dead actor and the raylet's dump of the dead worker are printed
+    with `--verbose` only."""
     url = f"sqlite:///{tmp_path / 's.db'}"
     mark = tmp_path / "killed.json"
     path = h.write_study(tmp_path / "lost.yaml", "lost", budget={"trials": 4},
                          evaluator="test_study_faults:dies_once")
-    done = subprocess.run([*h.NAS, "run", str(path), "--storage", url],
+    done = subprocess.run([*h.NAS, "run", str(path), "--storage", url,
+                           *(["--verbose"] if verbose else [])],
                           env=h.subprocess_env(NAS_FAKE_KILL=str(mark)), cwd=tmp_path,
                           capture_output=True, text=True, timeout=500)
     assert done.returncode == 0, done.stderr
@@ -322,3 +329,32 @@ def test_a_lost_worker_is_an_infrastructure_fault_and_its_configuration_runs_aga
     assert not [t for t in trials if t.user_attrs.get("nas.status") == "failed"]
     notes = [line for line in done.stderr.splitlines() if "worker was lost" in line]
     assert len(notes) == 1 and f"trial {lost[0].number}" in notes[0], done.stderr
+    output = done.stdout + done.stderr
+    if verbose:
+        assert "Traceback" in done.stderr and "ActorDiedError" in done.stderr
+    else:
+        assert "Traceback" not in output and "(raylet)" not in output, output
+        assert "Trials did not complete" not in output
+
+
+def test_status_shows_the_running_trials_of_a_gone_owner_as_interrupted(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A trial stored as RUNNING counts as running while a live process holds the study, and
+    as interrupted once none does (its process died, or the database was down as it stopped)."""
+    from studies import StudySpec, create_study
+    from studies.lease import acquire
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    run = create_study(StudySpec.from_dict(h.study_dict("gone")), url, geometry=h.GEOMETRY)
+    run.study.ask()  # what a run that died left behind
+
+    def statuses() -> dict[str, int]:
+        assert nas_main(["status", "gone", "--storage", url, "--json"]) == 0
+        return dict(json.loads(capsys.readouterr().out)["statuses"])
+
+    assert statuses() == {"interrupted": 1}
+    with acquire(run.storage.engine, "gone"):
+        assert statuses() == {"running": 1}
+    assert statuses() == {"interrupted": 1}
+    assert nas_main(["status", "gone", "--storage", url]) == 0
+    assert "by status: interrupted 1" in capsys.readouterr().out
