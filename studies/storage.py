@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
@@ -167,15 +168,25 @@ def retrying(url: str, call: Callable[[], _T], *,
     ``pool_pre_ping`` replaces the dead connections); then, or at once for any other error,
     the ``StorageError`` stands. ``again`` (default ``call``) makes each retry: a call whose
     first try may have committed before its connection broke says there how to finish it."""
-    give_up = time.monotonic() + RETRY_SECONDS
-    delay, attempt = _FIRST_DELAY, call
+    started = time.monotonic()
+    give_up = started + RETRY_SECONDS
+    delay, attempt, lost = _FIRST_DELAY, call, False
     while True:
         try:
             with session(url):
-                return attempt()
+                out = attempt()
         except StorageError as exc:
             if not exc.transient or time.monotonic() + delay > give_up:
                 raise
+            if not lost:  # said once per call: what the run is waiting for
+                lost = True
+                print(f"nas: {exc}; retrying for up to {RETRY_SECONDS:g} s", file=sys.stderr,
+                      flush=True)
+        else:
+            if lost:
+                print(f"nas: the database is back after {time.monotonic() - started:.1f} s",
+                      file=sys.stderr, flush=True)
+            return out
         time.sleep(delay)
         delay, attempt = min(2 * delay, _MAX_DELAY), again or call
 
