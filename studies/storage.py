@@ -149,6 +149,7 @@ def session(url: str) -> Iterator[None]:
 RETRY_SECONDS = 60.0
 _FIRST_DELAY, _MAX_DELAY = 0.25, 8.0
 _T = TypeVar("_T")
+_given_up = False  # a retried call gave up on a lost connection, and none has succeeded since
 
 
 def _connection_lost(url: str, cause: BaseException) -> bool:
@@ -167,7 +168,11 @@ def retrying(url: str, call: Callable[[], _T], *,
     :data:`RETRY_SECONDS` while the database server's connection is lost (the engine's
     ``pool_pre_ping`` replaces the dead connections); then, or at once for any other error,
     the ``StorageError`` stands. ``again`` (default ``call``) makes each retry: a call whose
-    first try may have committed before its connection broke says there how to finish it."""
+    first try may have committed before its connection broke says there how to finish it.
+
+    Once a call has given up, later ones in this process are tried once (the run is stopping:
+    closing its trials must not wait out the bound for each) until one succeeds again."""
+    global _given_up
     started = time.monotonic()
     give_up = started + RETRY_SECONDS
     delay, attempt, lost = _FIRST_DELAY, call, False
@@ -176,13 +181,17 @@ def retrying(url: str, call: Callable[[], _T], *,
             with session(url):
                 out = attempt()
         except StorageError as exc:
-            if not exc.transient or time.monotonic() + delay > give_up:
+            if not exc.transient:
+                raise
+            if _given_up or time.monotonic() + delay > give_up:
+                _given_up = True
                 raise
             if not lost:  # said once per call: what the run is waiting for
                 lost = True
                 print(f"nas: {exc}; retrying for up to {RETRY_SECONDS:g} s", file=sys.stderr,
                       flush=True)
         else:
+            _given_up = False
             if lost:
                 print(f"nas: the database is back after {time.monotonic() - started:.1f} s",
                       file=sys.stderr, flush=True)
