@@ -110,13 +110,52 @@ def _tune_environment(verbose: bool) -> Iterator[None]:
     # graceful stop, which would return as if the study had ended.
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
     try:
-        yield
+        with contextlib.ExitStack() as quiet:
+            if not verbose:
+                quiet.enter_context(_quiet_ray())
+            yield
     finally:
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+#: Loggers whose records (a failed trial's traceback, "Trials did not complete") are Tune's own
+#: output: shown with ``--verbose`` only; the run prints its own one-line summaries.
+_TUNE_LOGGERS = ("ray.tune", "ray.train", "ray.air")
+
+
+@contextlib.contextmanager
+def _quiet_ray() -> Iterator[None]:
+    """While a run without ``--verbose`` lives: Tune's loggers only for critical records, and
+    none of the raylet's messages that Ray's driver prints on stdout (a dead worker's 40-line
+    state dump). Ray prints those from a thread of its own through
+    ``ray._private.worker.print_to_stdstream`` whatever ``log_to_driver`` says; that function is
+    swapped for one that drops the raylet's messages, and put back afterwards."""
+    import logging
+
+    from ray._private import worker as ray_worker
+
+    levels = {name: logging.getLogger(name).level for name in _TUNE_LOGGERS}
+    for name in _TUNE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    printer = getattr(ray_worker, "print_to_stdstream", None)
+
+    def without_raylet(data: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        if data.get("pid") != "raylet" and printer is not None:
+            printer(data, *args, **kwargs)
+
+    if printer is not None:
+        ray_worker.print_to_stdstream = without_raylet
+    try:
+        yield
+    finally:
+        if printer is not None:
+            ray_worker.print_to_stdstream = printer
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def fit(run: StudyRun, evaluator: Evaluator | None, pool: int, deadline: float,
@@ -167,12 +206,31 @@ def fit(run: StudyRun, evaluator: Evaluator | None, pool: int, deadline: float,
         error = exc
     finally:
         searcher.close()
+        left = searcher.unclosed + _close_leftovers(run)
     fault = searcher.fault or (_first_line(error) if error is not None else "")
     if fault:
-        raise RunAborted(f"Study {spec.name!r} stopped: {fault}. Its running trials were closed "
-                         f"as interrupted (where the database could still be written); continue "
-                         f"with `nas resume {spec.name}`.") from error
+        if left:
+            closed = ("Trials it could not close (the database could not be written) are "
+                      "closed as interrupted by")
+        else:
+            closed = "Its running trials were closed as interrupted; continue with"
+        raise RunAborted(f"Study {spec.name!r} stopped: {fault}. {closed} "
+                         f"`nas resume {spec.name}`.") from error
     return searcher.halted
+
+
+def _close_leftovers(run: StudyRun) -> int:
+    """After ``Tuner.fit``, under the study's lease: close every trial the database still holds
+    as RUNNING (none is live any more: one the searcher could not close while the database was
+    down, one whose creation was retried). Returns how many may still be left (0, or 1 when
+    the database cannot be written now: the next resume closes them)."""
+    from studies.record import close_interrupted
+
+    try:
+        close_interrupted(run, reason="the run ended while this trial was waiting or training")
+    except NasError:
+        return 1
+    return 0
 
 
 def trial_resources(run: StudyRun, evaluator: Evaluator | None,

@@ -31,7 +31,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from nas.errors import NasError
-from studies.storage import session
+from studies.storage import retrying, session
 from studies.stored import StoredValueError
 
 __all__ = [
@@ -166,10 +166,14 @@ class Lease:
     def release(self) -> None:
         """Stop the heartbeat and delete our row (a missing or taken-over row is left alone)."""
         self.stop_heartbeat()
-        with session(str(self.engine.url)), self.engine.begin() as conn:
-            conn.execute(leases_table.delete().where(
-                leases_table.c.study_name == self.owner.study_name,
-                leases_table.c.token == self.owner.token))
+
+        def delete() -> None:
+            with self.engine.begin() as conn:
+                conn.execute(leases_table.delete().where(
+                    leases_table.c.study_name == self.owner.study_name,
+                    leases_table.c.token == self.owner.token))
+
+        retrying(str(self.engine.url), delete)
 
     def start_heartbeat(self, interval: float = 10.0) -> None:
         """Renew from a daemon thread every ``interval`` seconds until stopped or lost."""

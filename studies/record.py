@@ -24,6 +24,8 @@ imports neither torch nor Ray: the dashboard and ``nas status`` use its names.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from studies.storage import session, set_trial_user_attrs, write_epoch
+from studies.storage import retrying, set_trial_user_attrs, write_epoch
 
 if TYPE_CHECKING:
     from nas.tasks import TaskGeometry
@@ -85,6 +87,7 @@ class TrialKey:
     RERUN_OF: Final = "nas.rerun_of"  # the interrupted trial it runs again
     ENQUEUED: Final = "nas.enqueued"  # the label of the enqueued architecture
     TUNE_TRIAL: Final = "nas.tune_trial"  # Ray Tune's trial id
+    FAULT: Final = "nas.fault"  # "infrastructure": its node or worker was lost (interrupted)
     SOURCE_TRIAL: Final = "nas.source_trial"  # promoted trial: the proxy trial's number
     SOURCE_VALUE: Final = "nas.source_value"  # promoted trial: the proxy trial's accuracy
     SEED: Final = "nas.seed"  # promoted trial: the training seed it was enqueued with
@@ -207,8 +210,8 @@ _TrialRef = optuna.trial.Trial | FrozenTrial
 
 def record_sampled(run: StudyRun, trial: _TrialRef, attrs: Mapping[str, Any]) -> None:
     """What a trial will train: its architecture, id, cost and settings."""
-    with session(run.storage.url):
-        set_trial_user_attrs(run.storage, trial._trial_id, dict(attrs))
+    retrying(run.storage.url,
+             lambda: set_trial_user_attrs(run.storage, trial._trial_id, dict(attrs)))
 
 
 def record_launched(run: StudyRun, trial: _TrialRef, tune_trial: str) -> None:
@@ -221,11 +224,18 @@ def _end(run: StudyRun, trial: _TrialRef, status: str, attrs: Mapping[str, Any],
     """Close ``trial`` as ``status``: its user attributes (one transaction), then Optuna's
     ``tell`` with the state the status is stored with (``STATE_OF``)."""
     state = TrialState[STATE_OF[status]]
-    with session(run.storage.url):
+
+    def end() -> None:
         set_trial_user_attrs(run.storage, trial._trial_id, {**attrs, TrialKey.STATUS: status})
         run.study.tell(trial if isinstance(trial, optuna.trial.Trial) else trial.number,
                        list(values) if state == TrialState.COMPLETE and values is not None
                        else None, state=state)
+
+    def again() -> None:  # the connection broke: the first try may have committed the tell
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            end()
+
+    retrying(run.storage.url, end, again=again)
 
 
 def record_completed(run: StudyRun, trial: _TrialRef, values: Sequence[float],
@@ -260,9 +270,18 @@ def record_failed(run: StudyRun, trial: _TrialRef, attrs: Mapping[str, Any]) -> 
 _ENQUEUED = (TrialKey.SOURCE_TRIAL, TrialKey.SOURCE_VALUE, TrialKey.SEED, TrialKey.ENQUEUED)
 
 
+def _enqueue_again(run: StudyRun, trial: _TrialRef) -> None:
+    """Enqueue ``trial``'s parameters with what it was enqueued with (a promoted trial's links
+    and seed, a label), naming the trial it runs again."""
+    kept = {k: v for k, v in trial.user_attrs.items() if k in _ENQUEUED}
+    run.study.enqueue_trial(dict(trial.params), user_attrs={**kept, TrialKey.RERUN_OF:
+                                                            trial.number}, skip_if_exists=False)
+
+
 def close_interrupted(run: StudyRun, trials: Iterable[_TrialRef] | None = None, *,
                       reason: str = "the process running the study stopped while this trial "
-                                    "ran") -> int:
+                                    "ran", rerun: bool = True,
+                      attrs: Mapping[str, Any] | None = None) -> int:
     """Close trials a run will not finish as interrupted (not counted) and enqueue their
     parameters again; returns how many were closed.
 
@@ -270,21 +289,18 @@ def close_interrupted(run: StudyRun, trials: Iterable[_TrialRef] | None = None, 
     ``None``: every trial the database holds as RUNNING (a crashed run's, closed when the next
     run takes the study, or by a run whose Ray head went away). A trial closed between ``ask``
     and the drawing of its parameters has no configuration to run again: it is only closed
-    (the sampler draws a fresh one in its place).
+    (the sampler draws a fresh one in its place); nor has one closed with ``rerun=False``
+    (its parameters were being drawn when the database failed). ``attrs``: more user
+    attributes to store with it (``TrialKey.FAULT`` of an infrastructure fault).
     """
     if trials is None:
-        with session(run.storage.url):
-            trials = run.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        trials = retrying(run.storage.url, lambda: run.study.get_trials(
+            deepcopy=False, states=(TrialState.RUNNING,)))
     n = 0
     for trial in list(trials):
-        _end(run, trial, Status.INTERRUPTED, {TrialKey.REASON: reason})
-        if trial.params:  # closed after its configuration was drawn: run that again
-            # with what it was enqueued with (a promoted trial's links and seed, a label)
-            kept = {k: v for k, v in trial.user_attrs.items() if k in _ENQUEUED}
-            with session(run.storage.url):
-                run.study.enqueue_trial(dict(trial.params),
-                                        user_attrs={**kept, TrialKey.RERUN_OF: trial.number},
-                                        skip_if_exists=False)
+        _end(run, trial, Status.INTERRUPTED, {**(attrs or {}), TrialKey.REASON: reason})
+        if rerun and trial.params:  # closed after its configuration was drawn: run that again
+            retrying(run.storage.url, functools.partial(_enqueue_again, run, trial))
         n += 1
     return n
 
@@ -295,8 +311,9 @@ def record_epoch(run: StudyRun, trial: _TrialRef, report: Mapping[str, Any]) -> 
     intermediate value at that step (see the module's note). A re-sent epoch (a trial Tune
     retried) replaces neither: both hold the first report."""
     epoch = int(report["epoch"])
-    new = write_epoch(run.storage, run.spec.name, trial.number, {**report, "epoch": epoch})
+    new = retrying(run.storage.url, lambda: write_epoch(run.storage, run.spec.name,
+                                                        trial.number, {**report, "epoch": epoch}))
     value = report.get("value")
     if new and isinstance(value, (int, float)) and math.isfinite(value):
-        with session(run.storage.url):
-            run.storage.set_trial_intermediate_value(trial._trial_id, epoch, float(value))
+        retrying(run.storage.url, lambda: run.storage.set_trial_intermediate_value(
+            trial._trial_id, epoch, float(value)))

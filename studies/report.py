@@ -19,7 +19,7 @@ from studies.engine import LEASE_STALE_AFTER, counted_trials, load_existing
 from studies.lease import is_stale, read_owner
 from studies.noise import NoisyPoint, noisy_front
 from studies.pareto import fill_reference, normalized_hypervolume
-from studies.record import StudyKey
+from studies.record import Status, StudyKey
 from studies.storage import (
     UnknownStudyError,
     open_storage,
@@ -70,8 +70,8 @@ def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
     if owner is not None and is_stale(owner, stale_after=LEASE_STALE_AFTER):
         owner = None
     states = Counter(t.state.name.lower() for t in trials)
-    statuses = Counter(p.status or t.state.name.lower() for t, p in zip(trials, parsed,
-                                                                       strict=True))
+    statuses = Counter(_status_word(t, p.status, owner is not None)
+                       for t, p in zip(trials, parsed, strict=True))
     names, directions = list(attrs.objectives), _directions(study)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     best: dict[str, float | None] = {}
@@ -102,6 +102,17 @@ def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
         "fidelity": _fidelity(attrs, trials) if attrs.promoted_from else None,
         "promotions": _promotions(attrs, run.storage),
     }
+
+
+def _status_word(trial: optuna.trial.FrozenTrial, status: str | None, owned: bool) -> str:
+    """A trial's status word: its stored one, else its Optuna state; a trial stored as RUNNING
+    with no live process running the study is ``interrupted`` (the process that ran it is gone,
+    or the database was down as it stopped; the next `nas resume` closes it as such)."""
+    if status:
+        return status
+    if trial.state == TrialState.RUNNING and not owned:
+        return Status.INTERRUPTED
+    return trial.state.name.lower()
 
 
 def _trials(run: StudyRun) -> list[optuna.trial.FrozenTrial]:

@@ -20,10 +20,10 @@ Optuna's storage is the record: Tune's trial ids are kept only while the run liv
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -43,7 +43,7 @@ from studies._tally import Tally
 from studies._trials import StudyRun, base_settings, suggest
 from studies.constraints import cost_dict, violations
 from studies.record import Status, TrialKey
-from studies.storage import StorageError, session
+from studies.storage import StorageError, retrying, session
 
 if TYPE_CHECKING:  # the cost model (torch) is imported when the first trial is costed
     from nas.cost import Cost
@@ -60,11 +60,17 @@ def _guarded(method: _F) -> _F:
     @functools.wraps(method)
     def wrapper(self: StudySearcher, *args: Any, **kwargs: Any) -> Any:
         try:
-            return method(self, *args, **kwargs)
+            with session(self.run.storage.url):  # a driver error that escaped: ours, one line
+                return method(self, *args, **kwargs)
         except (StorageError, OSError) as exc:
             self.fault = self.fault or " ".join(str(exc).split())
             return Searcher.FINISHED if method.__name__ == "suggest" else None
     return wrapper  # type: ignore[return-value]
+
+
+#: Times one configuration is run again after an infrastructure fault; the next such fault
+#: fails it (counted): a network that Ray's memory monitor kills every time is too big.
+MAX_INFRASTRUCTURE_RERUNS = 2
 
 
 def _estimate_cost(config: Any, geometry: TaskGeometry) -> Cost:
@@ -141,6 +147,9 @@ class StudySearcher(Searcher):
         self.errored: dict[str, _Candidate] = {}  # failed in Tune, waiting for the error text
         self.stopped_at: dict[str, int] = {}  # Tune trial id -> the epoch the scheduler stopped
         self.fault = ""  # a database or disk fault met in a Tune hook: the run stops
+        self.unclosed = 0  # trials this run could not close (the database was down)
+        self.max_live = math.inf  # lowered by each infrastructure fault (never below 1)
+        self.infrastructure: dict[str, int] = {}  # result key -> infrastructure faults
 
     @property
     def halted(self) -> str:
@@ -176,6 +185,8 @@ class StudySearcher(Searcher):
         while not self.pace.halted:
             if not self.pace.room(self.tally.counted, len(self.live)):
                 return self._finished_or_wait()
+            if len(self.live) >= self.max_live:
+                return None  # fewer at once since workers were lost: wait for one to end
             sampled = self._ask()
             self._show()
             if sampled is not None and not self.pace.defer(sampled):
@@ -228,9 +239,12 @@ class StudySearcher(Searcher):
             "extra": extra})
 
     @_guarded
-    def record_error(self, trial_id: str, message: str, *, worker_setup: bool) -> None:
+    def record_error(self, trial_id: str, message: str, *, worker_setup: bool,
+                     infrastructure: bool = False) -> None:
         """A trial raised in Tune (after Tune's retries). ``worker_setup``: the worker could
-        not load the evaluator; not the trial's fault, and no later trial would start."""
+        not load the evaluator; not the trial's fault, and no later trial would start.
+        ``infrastructure``: its worker process or node was lost (Ray's memory monitor
+        included); see :meth:`_lost`."""
         candidate = self.errored.pop(trial_id, None) or self.live.pop(trial_id, None)
         if candidate is None:
             return
@@ -238,7 +252,33 @@ class StudySearcher(Searcher):
             self.pace.halt(f"Ray workers cannot start: {message}")
             self._interrupt(candidate)
             return
+        if infrastructure:
+            self._lost(candidate, message)
+            return
         self._finish(candidate, {"status": Status.FAILED, "reason": message})
+
+    def _lost(self, candidate: _Candidate, message: str) -> None:
+        """An infrastructure fault, not a failed architecture: the trial is closed as
+        interrupted with ``TrialKey.FAULT`` and the reason (not counted), its configuration is
+        enqueued to run again (on whichever worker Ray gives it), and fewer trials run at once
+        from now. A configuration lost more than ``MAX_INFRASTRUCTURE_RERUNS`` times fails."""
+        number, key = candidate.trial.number, candidate.key
+        self.infrastructure[key] = self.infrastructure.get(key, 0) + 1
+        if self.infrastructure[key] > MAX_INFRASTRUCTURE_RERUNS:
+            self._note(f"trial {number}: its worker was lost again ({message}); failed after "
+                       f"{MAX_INFRASTRUCTURE_RERUNS} runs again")
+            self._finish(candidate, {"status": Status.FAILED, "reason": f"infrastructure "
+                                     f"fault, {self.infrastructure[key]} times: {message}"})
+            return
+        self.pace.ended(key)
+        record.close_interrupted(self.run, [candidate.trial],
+                                 reason=f"infrastructure fault: {message}",
+                                 attrs={TrialKey.FAULT: "infrastructure"})
+        self._told(Status.INTERRUPTED)
+        running = max(1, len(self.live))
+        self.max_live = max(1, min(self.max_live, running + 1) - 1)
+        self._note(f"trial {number}: its Ray worker was lost ({message}); not counted, its "
+                   f"configuration runs again; at most {self.max_live} trials at once from now")
 
     def close(self) -> None:
         """After ``Tuner.fit``: close what Tune left unfinished (an interrupted run)."""
@@ -256,11 +296,14 @@ class StudySearcher(Searcher):
         """Ask for a trial, map its parameters to an architecture and cost it; reject it or
         reuse a known result (None), or return it to train."""
         run, spec = self.run, self.run.spec
-        with session(run.storage.url):
-            trial = run.study.ask()
-        try:
-            config, train_overrides = suggest(run.space, trial, spec.smoke)
+        trial = retrying(run.storage.url, run.study.ask)
+        try:  # the sampler reads and writes the database: retried like any write
+            config, train_overrides = retrying(run.storage.url,
+                                               lambda: suggest(run.space, trial, spec.smoke))
             cost = self.costs.get(config.arch_id) or _estimate_cost(config, self.geometry)
+        except StorageError:  # a database fault while drawing: the trial must not stay RUNNING
+            self._abandon(trial)
+            raise
         except NasError as exc:  # a space that lets an invalid config through: record, go on
             self._reject(trial, str(exc), {})
             return None
@@ -319,12 +362,28 @@ class StudySearcher(Searcher):
                              source=previous.number, attrs=attrs)
         self._told(Status.REUSED, list(previous.values))
 
+    def _abandon(self, trial: optuna.trial.Trial) -> None:
+        """Close a trial whose parameters could not be drawn (a database fault): interrupted,
+        not counted, not enqueued again (the sampler draws afresh). Where the database cannot
+        be written now, it is left for the end of the run or the next resume to close."""
+        try:
+            record.close_interrupted(
+                self.run, [trial], rerun=False,
+                reason="the database failed while this trial's parameters were drawn")
+        except NasError:
+            self.unclosed += 1
+            return
+        self._told(Status.INTERRUPTED)
+
     def _interrupt(self, candidate: _Candidate) -> None:
         self.pace.ended(candidate.key)
-        with contextlib.suppress(NasError):  # the database may be what ended the run
+        try:
             record.close_interrupted(
                 self.run, [candidate.trial],
                 reason="the run ended while this trial was waiting or training")
+        except NasError:  # the database may be what ended the run: left for the next resume
+            self.unclosed += 1
+            return
         self._told(Status.INTERRUPTED)
 
     def _finish(self, candidate: _Candidate, result: dict[str, Any]) -> None:
@@ -368,22 +427,42 @@ class StudySearcher(Searcher):
         record.record_failed(self.run, trial, attrs)
         self._told(Status.FAILED)
 
+    def _note(self, text: str) -> None:
+        """One line about a fault, between the progress lines."""
+        stream = self.progress.stream if self.progress is not None else sys.stderr
+        tty = self.progress is not None and self.progress.enabled and self.progress.tty
+        print(("\r\x1b[2K" if tty else "") + f"nas: {text}", file=stream, flush=True)
+
     def _show(self, *, tick: bool = False) -> None:
         if self.progress is not None:
             self.progress.show(self.tally.counted, len(self.live), self.tally.rejected,
                                self.tally.values, tick=tick)
 
 
-def _error_text(trial: Any) -> str:
+def _infrastructure(error: BaseException) -> bool:
+    """Ray lost the trial's worker process or node, or its memory monitor killed it."""
+    from ray import exceptions as rx
+
+    return isinstance(error, (rx.RayActorError, rx.WorkerCrashedError, rx.NodeDiedError,
+                              rx.OutOfMemoryError, rx.LocalRayletDiedError))
+
+
+def _error_text(trial: Any) -> tuple[str, bool]:
     """What a failed trial raised, in one line: the exception the trainable raised (Tune keeps
-    it, pickled, with the traceback as text, in the trial's folder)."""
+    it, pickled, with the traceback as text, in the trial's folder); and whether it is an
+    infrastructure fault (:func:`_infrastructure`)."""
     from ray import cloudpickle
 
+    infrastructure = False
     try:
         with open(trial.pickled_error_file, "rb") as f:
             error = cloudpickle.load(f)
         cause = getattr(error, "cause", None) or error
+        infrastructure = _infrastructure(error) or _infrastructure(cause)
         text = f"{type(cause).__name__}: {cause}"
+        if infrastructure:  # Ray's text of a lost worker is a page; its first line says it
+            first = [line.strip() for line in str(cause).splitlines() if line.strip()]
+            return f"{type(cause).__name__}: {first[0] if first else ''}".rstrip(": "), True
     except Exception:  # no pickled error (e.g. not a task or actor error): Tune's text file
         try:
             with open(trial.error_file) as f:
@@ -391,7 +470,7 @@ def _error_text(trial: Any) -> str:
         except (OSError, TypeError):
             text = "the trial raised an error"
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else text
+    return (lines[-1] if lines else text), infrastructure
 
 
 class FaultStopper(Stopper):
@@ -418,9 +497,10 @@ class StudyCallback(Callback):
         self.searcher.record_epoch(trial.trial_id, result)
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        text = _error_text(trial)
+        text, infrastructure = _error_text(trial)
         self.searcher.record_error(trial.trial_id, text,
-                                   worker_setup="EvaluatorUnavailable" in text)
+                                   worker_setup="EvaluatorUnavailable" in text,
+                                   infrastructure=infrastructure)
 
     def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
         self.searcher.tick()

@@ -17,21 +17,31 @@ import contextlib
 import json
 import os
 import sqlite3
+import sys
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    DisconnectionError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
 from sqlalchemy.pool import NullPool
 
 from nas.errors import NasError
 
 __all__ = [
     "DEFAULT_STORAGE",
+    "RETRY_SECONDS",
     "StorageError",
     "UnknownStudyError",
     "epochs_table",
@@ -39,6 +49,7 @@ __all__ = [
     "read_epochs",
     "read_only_engine_kwargs",
     "resolve_storage_url",
+    "retrying",
     "session",
     "set_trial_user_attrs",
     "study_names",
@@ -64,7 +75,12 @@ epochs_table = sa.Table(
 
 
 class StorageError(NasError):
-    """The database cannot be reached or read."""
+    """The database cannot be reached or read. ``transient``: the connection to a database
+    server was lost or refused (worth retrying, see :func:`retrying`)."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class UnknownStudyError(NasError):
@@ -124,7 +140,64 @@ def session(url: str) -> Iterator[None]:
             cause = exc.__cause__  # Optuna's words are generic; the driver's say what failed
         first = str(getattr(cause, "orig", None) or cause).strip().splitlines()
         reason = first[0] if first else type(cause).__name__
-        raise StorageError(f"Storage {_redact(url)!r} cannot be used: {reason}") from None
+        raise StorageError(f"Storage {_redact(url)!r} cannot be used: {reason}",
+                           transient=_connection_lost(url, cause)) from None
+
+
+#: Seconds, in all, that :func:`retrying` retries a call while the database server cannot be
+#: reached, before the error stands (tests lower it).
+RETRY_SECONDS = 60.0
+_FIRST_DELAY, _MAX_DELAY = 0.25, 8.0
+_T = TypeVar("_T")
+_given_up = False  # a retried call gave up on a lost connection, and none has succeeded since
+
+
+def _connection_lost(url: str, cause: BaseException) -> bool:
+    """A database server's connection lost, refused or reset. SQLite has no connection to
+    lose (a locked file is waited for by its busy timeout; a full disk is no transient)."""
+    if make_url(url).get_backend_name() == "sqlite":
+        return False
+    if isinstance(cause, DBAPIError) and cause.connection_invalidated:
+        return True
+    return isinstance(cause, (OperationalError, InterfaceError, DisconnectionError))
+
+
+def retrying(url: str, call: Callable[[], _T], *,
+             again: Callable[[], _T] | None = None) -> _T:
+    """``call()`` inside :func:`session`, retried with exponential backoff for up to
+    :data:`RETRY_SECONDS` while the database server's connection is lost (the engine's
+    ``pool_pre_ping`` replaces the dead connections); then, or at once for any other error,
+    the ``StorageError`` stands. ``again`` (default ``call``) makes each retry: a call whose
+    first try may have committed before its connection broke says there how to finish it.
+
+    Once a call has given up, later ones in this process are tried once (the run is stopping:
+    closing its trials must not wait out the bound for each) until one succeeds again."""
+    global _given_up
+    started = time.monotonic()
+    give_up = started + RETRY_SECONDS
+    delay, attempt, lost = _FIRST_DELAY, call, False
+    while True:
+        try:
+            with session(url):
+                out = attempt()
+        except StorageError as exc:
+            if not exc.transient:
+                raise
+            if _given_up or time.monotonic() + delay > give_up:
+                _given_up = True
+                raise
+            if not lost:  # said once per call: what the run is waiting for
+                lost = True
+                print(f"nas: {exc}; retrying for up to {RETRY_SECONDS:g} s", file=sys.stderr,
+                      flush=True)
+        else:
+            _given_up = False
+            if lost:
+                print(f"nas: the database is back after {time.monotonic() - started:.1f} s",
+                      file=sys.stderr, flush=True)
+            return out
+        time.sleep(delay)
+        delay, attempt = min(2 * delay, _MAX_DELAY), again or call
 
 
 def _redact(url: str) -> str:
