@@ -9,14 +9,25 @@ which wait for the front).
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import dash
+import numpy as np
 
-__all__ = ["CallbackResult", "callback_body", "components", "first_render", "post_callback"]
+__all__ = ["CallbackResult", "array_values", "callback_body", "components", "first_render",
+           "open_every_view", "post_callback"]
+
+
+def array_values(array: Any) -> list[float]:
+    """A serialised plotly array's values (a list, or a base64 typed array ``{dtype, bdata}``)."""
+    if isinstance(array, dict):
+        return [float(x) for x in np.frombuffer(base64.b64decode(array["bdata"]),
+                                                dtype=np.dtype(array["dtype"]))]
+    return [float(x) for x in array]
 
 
 def _dicts(spec: Any) -> list[dict[str, Any]]:
@@ -111,3 +122,17 @@ def first_render(client: Any, app: dash.Dash, pathname: str) -> list[CallbackRes
             results.append(post_callback(client, callback_body(
                 app, key, {**values(spec), **changed}, changed=trigger)))
     return results
+
+
+def open_every_view(client: Any, app: dash.Dash, study: str,
+                    knob: str) -> list[tuple[str, CallbackResult]]:
+    """Open each of the study page's views (tabs) as a click on its tab does, with ``knob`` the
+    effect view's knob and accuracy its objective: (tab, answer) in the tabs' order."""
+    from dashboard import layout
+
+    tabs = (layout.HYPERVOLUME, layout.PARETO_3D, layout.PARCOORDS, layout.IMPORTANCE,
+            layout.EFFECT, layout.TIMELINE, layout.CURVES, layout.PROMOTION)
+    return [(tab, post_callback(client, callback_body(app, "..view.children", {
+        "study.data": {"name": study}, "views.value": tab, "front-drawn.data": "x",
+        "effect-knob.value": knob, "effect-objective.value": "accuracy"},
+        changed="views.value"))) for tab in tabs]

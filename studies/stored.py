@@ -431,6 +431,7 @@ class TrialAttrs:
     source_trial: int | None = None
     source_value: float | None = None
     seed: int | None = None
+    fault: str | None = None
 
     def config(self) -> ArchConfig:
         """The trial's architecture as an ``ArchConfig``; one line when it has none or the
@@ -468,7 +469,7 @@ def trial_attrs(study: str, number: int, raw: Mapping[str, Any]) -> TrialAttrs:
         enqueued=r.text(TrialKey.ENQUEUED), tune_trial=r.text(TrialKey.TUNE_TRIAL),
         source_trial=r.integer(TrialKey.SOURCE_TRIAL),
         source_value=r.number(TrialKey.SOURCE_VALUE),
-        seed=_seed(r),
+        seed=_seed(r), fault=r.text(TrialKey.FAULT, limit=64),
     )
 
 

@@ -74,7 +74,13 @@ from dashboard.formatting import count, header
 from dashboard.formatting import number as format_number
 from dashboard.layout import study_href, trial_body, trial_href
 from dashboard.reader import listing_of
-from dashboard.testing import callback_body, components, first_render, post_callback
+from dashboard.testing import (
+    array_values,
+    callback_body,
+    components,
+    first_render,
+    post_callback,
+)
 from nas.config import ArchConfig
 from nas.errors import NasError
 from nas_cli.dashboard_cmd import register
@@ -543,14 +549,6 @@ def test_study_page_first_render(app: Any, study: EngineStudy) -> None:
     assert _db_digest(study.url) == before
 
 
-def _array(array: Any) -> list[float]:
-    """A serialised plotly array's values (a list, or a base64 typed array)."""
-    if isinstance(array, dict):
-        return [float(x) for x in np.frombuffer(base64.b64decode(array["bdata"]),
-                                                dtype=np.dtype(array["dtype"]))]
-    return [float(x) for x in array]
-
-
 def _length(array: Any) -> int:
     """Points in a serialised plotly array (a list, or a base64 typed array)."""
     if isinstance(array, dict):
@@ -781,7 +779,7 @@ def test_promotion_view_pairs_proxy_and_promoted_accuracy(tmp_path: Path) -> Non
         fig = _view_figure(app, client, name, "promotion")
         diagonal, points = fig["data"]
         assert _length(diagonal["x"]) == 2 and diagonal["x"] == diagonal["y"]
-        assert _array(points["x"]) == proxy and _array(points["y"]) == after
+        assert array_values(points["x"]) == proxy and array_values(points["y"]) == after
         assert "Kendall tau +0.67 over 4 pairs" in fig["layout"]["title"]["text"]
         assert "4 epochs" in fig["layout"]["xaxis"]["title"]["text"]
 

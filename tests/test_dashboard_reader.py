@@ -19,7 +19,13 @@ from dashboard.analysis import StudyView
 from dashboard.data import FIXED_COLUMNS, StudyData, StudyInfo
 from dashboard.pages.studies import rows
 from dashboard.reader import Listing, StudyReader, listing_of
-from dashboard.testing import callback_body, components, first_render, post_callback
+from dashboard.testing import (
+    callback_body,
+    components,
+    first_render,
+    open_every_view,
+    post_callback,
+)
 from studies.pareto import nondominated_mask, normalized_hypervolume, to_minimization
 from studies.record import Status
 from studies.storage import StorageError
@@ -203,11 +209,7 @@ def test_study_page_over_the_reader(reader: MemoryReader) -> None:
     summary = next(r for r in results if r.output.startswith("study-summary"))
     assert "completed 4" in json.dumps(summary.response)
     store = {"study.data": {"name": NAME}}
-    for tab in (layout.HYPERVOLUME, layout.PARETO_3D, layout.PARCOORDS, layout.IMPORTANCE,
-                layout.EFFECT, layout.TIMELINE, layout.CURVES, layout.PROMOTION):
-        answer = post_callback(client, callback_body(app, "..view.children", {
-            **store, "views.value": tab, "front-drawn.data": "x", "effect-knob.value": "width",
-            "effect-objective.value": "accuracy"}, changed="views.value"))
+    for tab, answer in open_every_view(client, app, NAME, "width"):
         _ok([answer])
         box = answer.response["response"]["view"]["children"]
         assert box["props"]["id"] == tab and "problem" not in json.dumps(box)

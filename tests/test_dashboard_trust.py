@@ -33,7 +33,7 @@ import sqlalchemy as sa
 import study_helpers as h
 from optuna.trial import TrialState
 
-from dashboard import create_app, layout
+from dashboard import create_app
 from dashboard.data import (
     list_studies,
     load_curves,
@@ -45,7 +45,13 @@ from dashboard.data import (
     study_names,
 )
 from dashboard.layout import study_href, trial_href
-from dashboard.testing import callback_body, components, first_render, post_callback
+from dashboard.testing import (
+    callback_body,
+    components,
+    first_render,
+    open_every_view,
+    post_callback,
+)
 from nas.errors import NasError
 from studies import StudySpec, create_study
 from studies.record import Status, StudyKey, TrialKey
@@ -63,7 +69,8 @@ ESCAPES = json.dumps("\x1b]0;owned\x07\x1b[2J\r\u202eevil\x00<script>alert(1)</s
 #: The kind of value each key holds (the engine's): what "the wrong JSON type" is for it.
 TEXT_KEYS = {StudyKey.SPACE_HASH, StudyKey.TRAINING_KEY, StudyKey.TUNE_DIR,
              StudyKey.PROMOTED_FROM, TrialKey.ARCH_ID, TrialKey.STATUS, TrialKey.REASON,
-             TrialKey.NODE, TrialKey.CHECKPOINT, TrialKey.ENQUEUED, TrialKey.TUNE_TRIAL}
+             TrialKey.NODE, TrialKey.CHECKPOINT, TrialKey.ENQUEUED, TrialKey.TUNE_TRIAL,
+             TrialKey.FAULT}
 #: The trial keys the study page reads (the rest only a trial's own view).
 PAGE_KEYS = {TrialKey.STATUS, TrialKey.REASON, TrialKey.ARCH_ID, TrialKey.EPOCHS_REACHED,
              TrialKey.COST}
@@ -436,11 +443,7 @@ def test_pages_on_odd_values(zoo: Any, one_line_logs: None) -> None:
     assert rows[1]["unreadable"] == TrialKey.COST and rows[2]["unreadable"] == TrialKey.STATUS
     assert rows[2]["status"] == Status.COMPLETED  # an unreadable status reads the state's word
     store = {"study.data": {"name": STUDY}}
-    for tab in (layout.HYPERVOLUME, layout.PARETO_3D, layout.PARCOORDS, layout.IMPORTANCE,
-                layout.EFFECT, layout.TIMELINE, layout.CURVES, layout.PROMOTION):
-        answer = post_callback(client, callback_body(zoo, "..view.children", {
-            **store, "views.value": tab, "front-drawn.data": "x", "effect-knob.value": "groups",
-            "effect-objective.value": "accuracy"}, changed="views.value"))
+    for _, answer in open_every_view(client, zoo, STUDY, "groups"):
         _ok([answer])
         assert "view" in answer.response["response"]
     compare = post_callback(client, callback_body(zoo, "compare.figure", {

@@ -7,14 +7,12 @@ seed of a promoted trial scores differently.
 
 from __future__ import annotations
 
-import base64
 import json
 import math
 import statistics
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import optuna
 import pytest
 import study_helpers as h
@@ -22,7 +20,7 @@ from optuna.trial import TrialState
 
 from dashboard import create_app
 from dashboard.layout import study_href
-from dashboard.testing import components, first_render
+from dashboard.testing import array_values, components, first_render
 from nas.errors import ConfigError
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study, run_study
@@ -236,14 +234,6 @@ def test_one_seed_is_todays_promotion(tmp_path: Path, ray_local: None,
 
 
 # ----------------------------------------------------------------------------- the dashboard
-def _array(array: Any) -> list[float]:
-    """A serialised plotly array's values (a list, or a base64 typed array)."""
-    if isinstance(array, dict):
-        return [float(x) for x in np.frombuffer(base64.b64decode(array["bdata"]),
-                                                dtype=np.dtype(array["dtype"]))]
-    return [float(x) for x in array]
-
-
 def test_the_dashboards_front_draws_the_seed_spread(tmp_path: Path) -> None:
     """A source study with a seeded promotion (as nas promote --seeds 2 links them): the
     front has error bars of each trial's seed std on accuracy, and the point within the noise
@@ -285,12 +275,12 @@ def test_the_dashboards_front_draws_the_seed_spread(tmp_path: Path) -> None:
     stands, noisy = traces["Pareto-optimal (2)"], traces[
         "Pareto-optimal, within the seed noise (1)"]
     # The page opens on params across, accuracy up (layout.front_axes).
-    assert _array(stands["y"]) == [0.80, 0.95] and "error_x" not in stands
+    assert array_values(stands["y"]) == [0.80, 0.95] and "error_x" not in stands
     assert stands["error_y"]["visible"] is True
-    assert _array(stands["error_y"]["array"]) == pytest.approx(
+    assert array_values(stands["error_y"]["array"]) == pytest.approx(
         [statistics.stdev(seeds[0]), statistics.stdev(seeds[2])])
-    assert _array(noisy["y"]) == [0.82]
-    assert _array(noisy["error_y"]["array"]) == pytest.approx([statistics.stdev(seeds[1])])
+    assert array_values(noisy["y"]) == [0.82]
+    assert array_values(noisy["error_y"]["array"]) == pytest.approx([statistics.stdev(seeds[1])])
     assert noisy["marker"]["symbol"] == "diamond-open"
     assert "within the noise of trial 0" in str(noisy["hovertext"])
     assert all("error_y" not in t and "error_x" not in t for t in front("plain").values())
