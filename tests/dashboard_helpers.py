@@ -22,7 +22,7 @@ from nas.config import ArchConfig
 from nas.cost import estimate_cost
 from search_spaces import SearchSpace
 from studies import StudySpec, create_study
-from studies.record import Status, TrialKey
+from studies.record import Status, StudyKey, TrialKey
 from studies.storage import open_storage, write_epoch
 
 # The engine tests' vit space on 32x32 digits (2 x 2 x 2 knob values, 6 distinct
@@ -142,6 +142,19 @@ def write_engine_study(url: str, name: str = "dash-study") -> EngineStudy:
     storage.engine.dispose()
     run.storage.engine.dispose()
     return EngineStudy(url, name, spec, PLAN)
+
+
+def linked_studies(url: str, source: str = "src") -> tuple[optuna.Study, optuna.Study]:
+    """A source study (accuracy, params) and its promoted study, linked as ``nas promote``
+    links them (``nas.promotions`` on the source, ``nas.promoted_from`` on the promoted)."""
+    directions = ["maximize", "minimize"]
+    made = [optuna.create_study(storage=url, study_name=name, directions=directions)
+            for name in (source, f"{source}-promoted")]
+    for study in made:
+        study.set_user_attr(StudyKey.OBJECTIVES, ["accuracy", "params"])
+    made[0].set_user_attr(StudyKey.PROMOTIONS, [f"{source}-promoted"])
+    made[1].set_user_attr(StudyKey.PROMOTED_FROM, source)
+    return made[0], made[1]
 
 
 def _tell(study: optuna.Study, trial: Any, state: TrialState, values: list[float] | None,

@@ -30,7 +30,7 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 import yaml
-from dashboard_helpers import PLAN, EngineStudy, write_engine_study
+from dashboard_helpers import PLAN, EngineStudy, linked_studies, write_engine_study
 from optuna.trial import TrialState
 from postgres_fixture import postgres_url
 
@@ -757,13 +757,7 @@ def test_promotion_view_pairs_proxy_and_promoted_accuracy(tmp_path: Path) -> Non
     """A source study and its promoted study (as nas promote links them): both pages show the
     promoted trials' proxy against promoted accuracy, the diagonal and Kendall's tau."""
     url = f"sqlite:///{tmp_path / 'promoted.db'}"
-    directions = ["maximize", "minimize"]
-    source = optuna.create_study(storage=url, study_name="src", directions=directions)
-    source.set_user_attr(StudyKey.OBJECTIVES, ["accuracy", "params"])
-    source.set_user_attr(StudyKey.PROMOTIONS, ["src-promoted"])
-    promoted = optuna.create_study(storage=url, study_name="src-promoted", directions=directions)
-    promoted.set_user_attr(StudyKey.OBJECTIVES, ["accuracy", "params"])
-    promoted.set_user_attr(StudyKey.PROMOTED_FROM, "src")
+    source, promoted = linked_studies(url)
     promoted.set_user_attr(StudyKey.FIDELITY, {"proxy_epochs": 4, "epochs": 16})
     proxy, after = [0.5, 0.6, 0.7, 0.8], [0.62, 0.71, 0.69, 0.9]  # one pair swapped
     for i, (p, q) in enumerate(zip(proxy, after, strict=True)):

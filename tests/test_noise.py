@@ -16,6 +16,7 @@ from typing import Any
 import optuna
 import pytest
 import study_helpers as h
+from dashboard_helpers import linked_studies
 from optuna.trial import TrialState
 
 from dashboard import create_app
@@ -239,16 +240,10 @@ def test_the_dashboards_front_draws_the_seed_spread(tmp_path: Path) -> None:
     front has error bars of each trial's seed std on accuracy, and the point within the noise
     is a trace of its own; a study without one draws no error bars."""
     url = f"sqlite:///{tmp_path / 'noise.db'}"
-    directions = ["maximize", "minimize"]
-    source = optuna.create_study(storage=url, study_name="src", directions=directions)
-    source.set_user_attr(StudyKey.OBJECTIVES, ["accuracy", "params"])
-    source.set_user_attr(StudyKey.PROMOTIONS, ["src-promoted"])
-    plain = optuna.create_study(storage=url, study_name="plain", directions=directions)
+    source, promoted = linked_studies(url)
+    plain = optuna.create_study(storage=url, study_name="plain",
+                                directions=["maximize", "minimize"])
     plain.set_user_attr(StudyKey.OBJECTIVES, ["accuracy", "params"])
-    promoted = optuna.create_study(storage=url, study_name="src-promoted",
-                                   directions=directions)
-    promoted.set_user_attr(StudyKey.OBJECTIVES, ["accuracy", "params"])
-    promoted.set_user_attr(StudyKey.PROMOTED_FROM, "src")
     # Trial 1 is 0.01 more accurate than the cheaper trial 0 on average, with seed stds of
     # 0.0141 each: within the noise. Trial 2 leads by 0.135: it stands out.
     proxy = [0.80, 0.82, 0.95]
