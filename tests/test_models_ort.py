@@ -164,6 +164,7 @@ def test_cost_training_and_generation_run_the_decoder_on_the_same_positions(
 def test_the_latency_measure_runs_the_decoder_on_the_convention(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``measure_latency_ms`` times forward passes on BOS + a full caption, like the cost."""
+    import nas.models
     import studies.worker as worker
 
     seen: list[tuple[int, ...]] = []
@@ -175,7 +176,8 @@ def test_the_latency_measure_runs_the_decoder_on_the_convention(
             with_kwargs=True)
         return model
 
-    monkeypatch.setattr(worker, "create_model", recording_model)
+    # the worker imports the models when it measures (a trial that trains nothing imports none)
+    monkeypatch.setattr(nas.models, "create_model", recording_model)
     config = _tiny_config(radix_base=7)
     assert worker.measure_latency_ms(config, TINY, repeats=2) > 0
     assert seen == [(1, decoder_positions(TINY, 2))] * 3  # warm-up and two timed passes
