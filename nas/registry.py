@@ -210,7 +210,9 @@ def is_family(name: Any) -> bool:
 
 # ----------------------------------------------------------------------------- knobs
 def register_knob(row: Knob) -> Knob:
-    """Add the config key ``row`` (a ``nas.knobs.Knob`` of kind ``int``, ``bool`` or ``choice``).
+    """Add the config key ``row`` (a ``nas.knobs.Knob`` of kind ``int``, ``bool`` or ``choice``)
+    for the plugin families ``row.families`` names (a built-in family's blocks read only the
+    table's knobs, so a registered knob may not name one).
 
     A plugin's family builder reads it with ``config.knob(name)``. Where a config leaves it out
     it takes ``row.default_for(family)``, else ``row.dense``; at that default it stays out of
@@ -228,6 +230,12 @@ def register_knob(row: Knob) -> Knob:
         raise ConfigError(f"Knob {row.name!r} already exists; choose another name.")
     if row.kind == "int" and row.high is None:
         raise ConfigError(f"Knob {row.name!r} of kind int needs `high`, its largest value.")
+    built_in = [f for f in row.families if f in FAMILY_NAMES]
+    if built_in:  # their builders would accept it and never read it: a dead knob in arch_id
+        raise ConfigError(
+            f"Knob {row.name!r} names built-in families {built_in}, whose blocks do not read "
+            "registered knobs; register it for your own families (`families=(...)`), or add it "
+            "as a row of nas/knobs.py and a block argument, as ffn_activation is.")
     _KNOBS[row.name] = row
     return row
 

@@ -124,6 +124,16 @@ def test_a_broken_plugin_is_one_warning_line(tmp_path: Path, monkeypatch) -> Non
             ArchConfig.from_dict({"family": "broken"})
 
 
+def test_a_registered_knob_may_not_name_a_built_in_family() -> None:
+    from nas.knobs import Knob
+
+    # Knob's families default to the five built-in ones, whose blocks would never read it.
+    for families in ({}, {"families": ("tinyenc", "vit")}):
+        with pytest.raises(ConfigError, match="built-in families"):
+            registry.register_knob(Knob("dead_knob", "bool", "m", "p", dense=False, **families))
+    assert "dead_knob" not in {k.name for k in registry.plugin_knobs()}
+
+
 def test_a_search_space_draws_the_plugin_knob(plugin: Path) -> None:
     import optuna
 
