@@ -270,12 +270,34 @@ def record_failed(run: StudyRun, trial: _TrialRef, attrs: Mapping[str, Any]) -> 
 _ENQUEUED = (TrialKey.SOURCE_TRIAL, TrialKey.SOURCE_VALUE, TrialKey.SEED, TrialKey.ENQUEUED)
 
 
+def _wholly_drawn(run: StudyRun, trial: FrozenTrial) -> bool:
+    """Whether ``trial`` holds a whole configuration: its architecture was stored, or the space
+    rebuilds one from its parameters without drawing any more (a run stopped while Optuna drew
+    them leaves only some)."""
+    if TrialKey.ARCH in trial.user_attrs:
+        return True
+    if getattr(run, "space", None) is None or not trial.params:
+        return False
+    from nas.errors import NasError
+
+    try:
+        run.space.suggest(optuna.trial.FixedTrial(dict(trial.params)))
+    except (NasError, ValueError):  # FixedTrial: "The value of the parameter ... is not found"
+        return False
+    return True
+
+
 def _enqueue_again(run: StudyRun, trial: _TrialRef) -> None:
-    """Enqueue ``trial``'s parameters with what it was enqueued with (a promoted trial's links
-    and seed, a label), naming the trial it runs again."""
-    kept = {k: v for k, v in trial.user_attrs.items() if k in _ENQUEUED}
-    run.study.enqueue_trial(dict(trial.params), user_attrs={**kept, TrialKey.RERUN_OF:
-                                                            trial.number}, skip_if_exists=False)
+    """Enqueue ``trial``'s configuration with what it was enqueued with (a promoted trial's
+    links and seed, a label), naming the trial it runs again; nothing when its configuration
+    was not wholly drawn (stopped while Optuna drew its parameters: re-running a part of one
+    with the rest drawn afresh would not be that trial again)."""
+    stored = run.storage.get_trial(trial._trial_id)  # a live Trial's own copy may be stale
+    if not _wholly_drawn(run, stored):
+        return
+    kept = {k: v for k, v in stored.user_attrs.items() if k in _ENQUEUED}
+    run.study.enqueue_trial(dict(stored.params), user_attrs={**kept, TrialKey.RERUN_OF:
+                                                             trial.number}, skip_if_exists=False)
 
 
 def close_interrupted(run: StudyRun, trials: Iterable[_TrialRef] | None = None, *,
@@ -287,11 +309,11 @@ def close_interrupted(run: StudyRun, trials: Iterable[_TrialRef] | None = None, 
 
     ``trials``: the ones this run started and leaves (the searcher at the end of a run);
     ``None``: every trial the database holds as RUNNING (a crashed run's, closed when the next
-    run takes the study, or by a run whose Ray head went away). A trial closed between ``ask``
-    and the drawing of its parameters has no configuration to run again: it is only closed
-    (the sampler draws a fresh one in its place); nor has one closed with ``rerun=False``
-    (its parameters were being drawn when the database failed). ``attrs``: more user
-    attributes to store with it (``TrialKey.FAULT`` of an infrastructure fault).
+    run takes the study, or by a run whose Ray head went away). A trial closed before its
+    configuration was wholly drawn has none to run again: it is only closed (the sampler draws a
+    fresh one in its place); nor has one closed with ``rerun=False`` (its parameters were being
+    drawn when the database failed). ``attrs``: more user attributes to store with it
+    (``TrialKey.FAULT`` of an infrastructure fault).
     """
     if trials is None:
         trials = retrying(run.storage.url, lambda: run.study.get_trials(

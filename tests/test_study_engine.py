@@ -249,11 +249,17 @@ def test_a_crash_left_running_trial_is_closed_and_enqueued_again(tmp_path) -> No
                        geometry=GEOMETRY)
     orphan = run.study.ask()  # a driver died after asking: the trial stays RUNNING
     run.space.suggest(orphan)
+    # Another died while Optuna drew its parameters: one of them drawn, the rest not.
+    name, dist = next(iter(h.load(url, "crash")[0].distributions.items()))
+    run.study.ask({name: dist})
     run = load_existing("crash", url, write=True)
-    assert close_interrupted(run) == 1
-    first = h.load(url, "crash")[0]
+    assert close_interrupted(run) == 2
+    first, torn = h.load(url, "crash")[:2]
     assert first.state == TrialState.FAIL and _status(first) == "interrupted"
     assert first.user_attrs["nas.reason"] and counted_trials([first]) == 0
+    assert _status(torn) == "interrupted" and list(torn.params) == [name]
+    waiting = [t for t in h.load(url, "crash") if t.state == TrialState.WAITING]
+    assert [t.user_attrs["nas.rerun_of"] for t in waiting] == [0]  # no part of a configuration
     rerun = run.study.ask()  # the next trial asked is the interrupted one's rerun
     assert rerun.user_attrs["nas.rerun_of"] == 0
     run.space.suggest(rerun)

@@ -31,6 +31,7 @@ from studies.record import (
     record_failed,
     record_rejected,
     record_reused,
+    record_sampled,
     record_stopped,
 )
 from studies.spec import StudySpec
@@ -71,7 +72,9 @@ def run(tmp_path: Path) -> StudyRun:
 
 def test_each_ending_is_stored_with_its_status_and_state(run: StudyRun) -> None:
     study, tally = run.study, Tally()
-    trials = [study.ask({"x": optuna.distributions.IntDistribution(0, 9)}) for _ in range(7)]
+    trials = [study.ask({"x": optuna.distributions.IntDistribution(0, 9)}) for _ in range(8)]
+    for t in trials[:7]:  # each configuration wholly drawn; trial 7 stopped while drawing its own
+        record_sampled(run, t, {TrialKey.ARCH: {"x": t.params["x"]}})
     attrs = {TrialKey.ARCH_ID: "abc"}
     record_completed(run, trials[0], [0.9, 100.0], attrs)
     tally.add(Status.COMPLETED, [0.9, 100.0])
@@ -90,23 +93,27 @@ def test_each_ending_is_stored_with_its_status_and_state(run: StudyRun) -> None:
     # One left by this run (closed by name), one left RUNNING by a crash (found in the database).
     assert close_interrupted(run, [trials[5]], reason="the run ended") == 1
     tally.add(Status.INTERRUPTED)
-    assert close_interrupted(run, reason="crashed") == 1
+    assert close_interrupted(run, reason="crashed") == 2
+    tally.add(Status.INTERRUPTED)
     tally.add(Status.INTERRUPTED)
     assert close_interrupted(run) == 0  # nothing is RUNNING any more
 
     stored = h.load(run.storage.url, "rec")
-    ended = stored[:7]
+    ended = stored[:8]
     assert [t.user_attrs[TrialKey.STATUS] for t in ended] == [
         Status.COMPLETED, Status.REUSED, Status.STOPPED, Status.REJECTED, Status.FAILED,
-        Status.INTERRUPTED, Status.INTERRUPTED]
+        Status.INTERRUPTED, Status.INTERRUPTED, Status.INTERRUPTED]
     assert all(t.state.name == STATE_OF[t.user_attrs[TrialKey.STATUS]] for t in ended)
     assert ended[0].values == ended[1].values == [0.9, 100.0]
     assert ended[1].user_attrs[TrialKey.REUSED_FROM] == 0
     assert ended[3].user_attrs[TrialKey.REASON] == "params 9 breaks params_max=1"
-    assert [t.user_attrs[TrialKey.REASON] for t in ended[5:]] == ["the run ended", "crashed"]
-    # Each interrupted trial with drawn parameters is enqueued again, naming the one it reruns.
-    reruns = [t for t in stored[7:] if t.state == TrialState.WAITING]
+    assert [t.user_attrs[TrialKey.REASON] for t in ended[5:]] == [
+        "the run ended", "crashed", "crashed"]
+    # Each interrupted trial whose configuration was drawn is enqueued again, naming the one
+    # it reruns, with the same parameters; trial 7 (parameters, but no configuration yet) not.
+    reruns = [t for t in stored[8:] if t.state == TrialState.WAITING]
     assert [t.user_attrs[TrialKey.RERUN_OF] for t in reruns] == [5, 6]
+    assert [t.system_attrs["fixed_params"] for t in reruns] == [stored[5].params, stored[6].params]
     assert not set(promoted) & set(reruns[0].user_attrs)
     assert {k: reruns[1].user_attrs.get(k) for k in promoted} == promoted
     assert Tally.of(stored) == tally

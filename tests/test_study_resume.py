@@ -124,9 +124,9 @@ def test_sigkill_then_resume(tmp_path) -> None:
     for t in interrupted:
         assert t.state == TrialState.FAIL and t.user_attrs["nas.reason"]
         reruns = [r for r in trials if r.user_attrs.get("nas.rerun_of") == t.number]
-        if t.params:  # its configuration was drawn before the kill: it runs again, once
-            assert len(reruns) == 1 and reruns[0].params == t.params
-        else:  # killed between ask and suggest: nothing to re-run
+        if "nas.arch" in t.user_attrs:  # its configuration was drawn before the kill: it
+            assert len(reruns) == 1 and reruns[0].params == t.params  # runs again, once
+        else:  # killed before its configuration was wholly drawn: nothing to re-run
             assert reruns == []
     trained = [h.result_key(t) for t in trials if t.user_attrs.get("nas.status") == "completed"]
     assert len(trained) == len(set(trained)), "an architecture was trained twice"
