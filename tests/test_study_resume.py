@@ -7,9 +7,11 @@ RUNNING, and no architecture trained twice to completion with the same settings.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 from collections import Counter
@@ -141,8 +143,19 @@ def test_sigkill_then_resume(tmp_path) -> None:
 
 # ----------------------------------------------------------------------------- a study that grows
 def _files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file()}
+    """Every file under ``root``; a SQLite database by its content (its write-ahead log and
+    shared-memory files change when a connection an earlier command left open is closed, which
+    writes nothing)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if not p.is_file() or p.name.endswith(("-wal", "-shm")):
+            continue
+        if p.suffix == ".db":
+            with contextlib.closing(sqlite3.connect(f"file:{p}?mode=ro", uri=True)) as conn:
+                out[str(p.relative_to(root))] = "\n".join(conn.iterdump()).encode()
+        else:
+            out[str(p.relative_to(root))] = p.read_bytes()
+    return out
 
 
 def _stored_budget(url: str, name: str) -> dict[str, object]:
