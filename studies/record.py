@@ -30,7 +30,7 @@ import math
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -40,8 +40,28 @@ from studies.storage import retrying, set_trial_user_attrs, write_epoch
 if TYPE_CHECKING:
     from nas.tasks import TaskGeometry
     from search_spaces import SearchSpace
-    from studies._trials import StudyRun
-    from studies.spec import StudySpec
+
+
+# What the writers read of a study file and a run: ``studies.spec.StudySpec`` and
+# ``studies._trials.StudyRun`` have these (both import this module, so it names neither).
+class StudySpecLike(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def objective_names(self) -> list[str]: ...
+    def to_dict(self) -> dict[str, Any]: ...
+    def training_key(self) -> str: ...
+
+
+class StudyRun(Protocol):
+    @property
+    def spec(self) -> StudySpecLike: ...
+    @property
+    def space(self) -> SearchSpace: ...
+    @property
+    def study(self) -> optuna.Study: ...
+    @property
+    def storage(self) -> optuna.storages.RDBStorage: ...
 
 __all__ = [
     "COUNTED_EXCLUDED",
@@ -184,7 +204,7 @@ def objective_values(objectives: Sequence[Objective], cost: Mapping[str, Any],
 
 
 # ----------------------------------------------------------------------------- the study
-def write_study(study: optuna.Study, spec: StudySpec, space: SearchSpace,
+def write_study(study: optuna.Study, spec: StudySpecLike, space: SearchSpace,
                 geometry: TaskGeometry, reference: Sequence[float | None],
                 attrs: Mapping[str, Any] | None = None) -> None:
     """A new study's record: its file, space, training key, objectives (as ``StudyKey``'s and
