@@ -232,8 +232,35 @@ def open_storage(url: str | None = None, *,
     with session(url):
         if parsed.get_backend_name() == "sqlite":
             _sqlite_wal(url)
-        storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        storage = _rdb_storage(url, engine_kwargs=engine_kwargs)
         _metadata.create_all(_engine(storage))
+    return storage
+
+
+_SCHEMA_HEAD: list[str] = []  # the installed Optuna's schema revision, read once per process
+
+
+def _rdb_storage(url: str, **kwargs: Any) -> optuna.storages.RDBStorage:
+    """``RDBStorage(url, **kwargs)`` with Optuna's schema check done once per process.
+
+    Optuna's check compares the database's schema revision with the newest one its migration
+    scripts name, and loads those scripts from disk on every open (about 65 ms, a third of a
+    `nas status` on a small study). The newest revision belongs to the installed Optuna, so it
+    is read once; a database at another revision gets Optuna's own check, its message in one
+    line (a ``StorageError``).
+    """
+    storage = optuna.storages.RDBStorage(url, skip_compatibility_check=True, **kwargs)
+    if not _SCHEMA_HEAD:
+        _SCHEMA_HEAD.append(storage.get_head_version())
+    if storage.get_current_version() == _SCHEMA_HEAD[0]:
+        return storage
+    storage.engine.dispose()
+    try:  # Optuna's own check, for its message (upgrade the database, or Optuna)
+        storage = optuna.storages.RDBStorage(url, **kwargs)
+    except RuntimeError as exc:
+        storage.engine.dispose()
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StorageError(f"Storage {_redact(url)!r} cannot be read: {reason}") from None
     return storage
 
 
@@ -250,12 +277,7 @@ def _open_read_only(url: str) -> optuna.storages.RDBStorage:
         raise StorageError(f"Storage {_redact(url)!r} holds no Optuna studies (no "
                            f"`{missing[0]}` table); point --storage at a study database.")
     with session(url):
-        try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs,
-                                              skip_table_creation=True)
-        except RuntimeError as exc:  # Optuna: the schema is of another Optuna version
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise StorageError(f"Storage {_redact(url)!r} cannot be read: {reason}") from None
+        return _rdb_storage(url, engine_kwargs=kwargs, skip_table_creation=True)
 
 
 def read_only_engine_kwargs(url: str) -> dict[str, Any]:

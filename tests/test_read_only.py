@@ -225,6 +225,35 @@ def test_a_database_without_our_tables(tmp_path: Path) -> None:
         assert not sa.inspect(conn).has_table("nas_epochs")
 
 
+@pytest.mark.parametrize("revision", ["v3.0.0.d", "v99.9.9"])
+def test_a_database_of_another_optuna_schema_is_refused_in_one_line(
+        tmp_path: Path, study_file: Path, revision: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The schema check runs on every open, read-only or not, though the installed Optuna's
+    newest revision is read once per process: an older schema asks for Optuna's upgrade
+    command, an unknown one for a newer Optuna, in one line, and nothing is written."""
+    path = tmp_path / "studies.db"
+    shutil.copyfile(study_file, path)
+    open_storage(f"sqlite:///{path}", read_only=True)  # the newest revision, read and kept
+    h.edit_sqlite(path, [("UPDATE alembic_version SET version_num = ?", (revision,))])
+    before = _snapshot(tmp_path)
+    hint = "optuna storage upgrade" if revision == "v3.0.0.d" else "pip install -U optuna"
+    with pytest.raises(StorageError, match="cannot be read") as refused:
+        open_storage(f"sqlite:///{path}", read_only=True)
+    assert hint in str(refused.value)
+    for argv in (["status", "s", "--storage", f"sqlite:///{path}"],
+                 ["pareto", "s", "--storage", f"sqlite:///{path}"]):
+        try:
+            code = nas_main(argv)
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1 and hint in err, (argv, err)
+    assert _snapshot(tmp_path) == before
+    with pytest.raises(StorageError, match="no longer compatible"):
+        open_storage(f"sqlite:///{path}")  # the writable open (`nas run`): one line too
+
+
 def test_a_read_only_storage_refuses_writes(tmp_path: Path, study_file: Path) -> None:
     path = tmp_path / "studies.db"
     shutil.copyfile(study_file, path)
