@@ -18,14 +18,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from types import MappingProxyType, ModuleType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from nas.errors import ConfigError
 from nas.knobs import FAMILY_NAMES, KNOBS, Knob
 from nas.tasks import GEOMETRIES, TaskGeometry, TaskKind, get_geometry
-
-if TYPE_CHECKING:
-    from nas.models.base import FamilyModel
 
 __all__ = [
     "FAMILY_GROUP",
@@ -43,7 +40,9 @@ __all__ = [
 FAMILY_GROUP = "nas.families"
 KNOB_GROUP = "nas.knobs"
 
-Builder = Callable[..., "FamilyModel"]
+#: A family's ``build``; ``nas.models.create_model`` checks that it returns a ``FamilyModel``
+#: (the registry stays free of torch, which the model classes import).
+Builder = Callable[..., Any]
 B = TypeVar("B", bound=Callable[..., Any])
 
 #: The config keys that may hold a stack's depth, by stack name.

@@ -124,6 +124,25 @@ def test_a_broken_plugin_is_one_warning_line(tmp_path: Path, monkeypatch) -> Non
             ArchConfig.from_dict({"family": "broken"})
 
 
+def test_a_builder_that_returns_no_family_model_is_one_line() -> None:
+    from torch import nn
+
+    from nas.models import create_model
+
+    state = registry._state()
+    try:
+        @registry.register_family("plainnet", task="cifar100",
+                                  base={"d_model": 8, "heads": 1, "d_ff": 16})
+        def build(config: ArchConfig, task: object, **kwargs: object) -> nn.Module:
+            return nn.Linear(8, 8)
+
+        with pytest.raises(ConfigError, match=r"'plainnet': its build returned a Linear, "
+                                              r"not a nas\.models\.FamilyModel"):
+            create_model(ArchConfig.from_dict({"family": "plainnet"}), device="meta")
+    finally:
+        registry._restore(state)
+
+
 def test_a_registered_knob_may_not_name_a_built_in_family() -> None:
     from nas.knobs import Knob
 

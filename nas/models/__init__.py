@@ -8,6 +8,7 @@ import torch
 from nas import registry
 from nas.config import ArchConfig
 from nas.config import drop_rate as family_drop_rate
+from nas.errors import ConfigError
 from nas.models.base import FamilyModel
 from nas.registry import check_task_fits
 from nas.tasks import TaskGeometry, get_geometry
@@ -40,5 +41,9 @@ def create_model(
     """
     geometry = resolve_task(config, task)
     build = registry.get_family(config.family).builder()
-    return build(config, geometry, device=device, dtype=dtype,
-                 dropout=family_drop_rate(config.family, drop_rate))
+    model = build(config, geometry, device=device, dtype=dtype,
+                  dropout=family_drop_rate(config.family, drop_rate))
+    if not isinstance(model, FamilyModel):
+        raise ConfigError(f"Family {config.family!r}: its build returned a "
+                          f"{type(model).__name__}, not a nas.models.FamilyModel.")
+    return model
