@@ -282,6 +282,42 @@ def tune_arm_main(argv: list[str]) -> None:
     tuner.fit()
 
 
+def profile_main(argv: list[str]) -> None:
+    """``cluster.py _profile STUDY.yaml --storage URL --address A``: ``nas run`` in this
+    process under cProfile, counting the database's commits and statements; prints them per
+    finished trial and the driver's top functions by cumulative time."""
+    import cProfile
+    import pstats
+
+    import optuna
+    import sqlalchemy as sa
+
+    from nas_cli.main import main as nas_main
+
+    counts = {"commit": 0, "statement": 0}
+
+    def count(kind: str) -> Any:
+        def listener(*args: Any, **kwargs: Any) -> None:
+            counts[kind] += 1
+        return listener
+
+    sa.event.listen(sa.engine.Engine, "commit", count("commit"))
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", count("statement"))
+    study, storage, address, out = argv[0], argv[1], argv[2], argv[3]
+    profiler = cProfile.Profile()
+    profiler.enable()
+    code = nas_main(["run", study, "--storage", storage, "--address", address])
+    profiler.disable()
+    name = yaml.safe_load(Path(study).read_text())["name"]
+    trials = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+    finished = max(1, sum(t.state.is_finished() for t in trials))
+    print(f"profile: rc={code}; {finished} finished trials; per trial "
+          f"{counts['commit'] / finished:.1f} commits, {counts['statement'] / finished:.1f} "
+          "statements (the whole driver: the study's creation and lease included)", flush=True)
+    profiler.dump_stats(out)
+    pstats.Stats(out).sort_stats("cumulative").print_stats(40)
+
+
 @dataclass
 class Row:
     arm: str
@@ -426,6 +462,9 @@ def main() -> None:
     if sys.argv[1:2] == ["_tune"]:
         tune_arm_main(sys.argv[2:])
         return
+    if sys.argv[1:2] == ["_profile"]:
+        profile_main(sys.argv[2:])
+        return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--concurrency", default="8,32,64")
     p.add_argument("--trials", type=int, default=400)
@@ -436,6 +475,9 @@ def main() -> None:
     p.add_argument("--arms", default="nas,tune", help="which arms, in order (nas, tune)")
     p.add_argument("--quick", action="store_true", help="concurrency 8,16 and 80 trials")
     p.add_argument("--faults", action="store_true", help="run the fault scenarios instead")
+    p.add_argument("--profile", type=int, default=0, metavar="C",
+                   help="instead: profile the engine's driver (cProfile, commits and "
+                   "statements per trial) at concurrency C")
     args = p.parse_args()
     if args.quick:
         args.concurrency, args.trials = "8,16", 80
@@ -464,6 +506,16 @@ def main() -> None:
         print(f"cluster {args.nodes} nodes x {args.cpus_per_node} CPUs at {cluster.address}; "
               f"PostgreSQL {pg.url}; {args.trials} trials x {args.epochs} epochs x "
               f"{args.epoch_seconds:g} s; drivers' output in {log}", flush=True)
+        if args.profile:
+            c = args.profile
+            name = f"prof-c{c}-{int(time.time())}"
+            study = _study_file(root, name, args.trials, args.epochs,
+                                args.nodes * args.cpus_per_node / c)
+            out = Path(os.environ.get("NAS_BENCH_PROFILE") or root / f"{name}.prof")
+            subprocess.run([sys.executable, __file__, "_profile", str(study), pg.url,
+                            cluster.address, str(out)], cwd=root, timeout=6 * 3600,
+                           env=env(NAS_BENCH_EPOCH_SECONDS=str(args.epoch_seconds)))
+            return
         print("arm       C   wall s  first s  trials  trials/s   busy  ideal", flush=True)
         for c in levels:
             pair = {}
