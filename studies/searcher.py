@@ -156,6 +156,10 @@ class StudySearcher(Searcher):
         self.unclosed = 0  # trials this run could not close (the database was down)
         self.max_live = math.inf  # lowered by each infrastructure fault (never below 1)
         self.infrastructure: dict[str, int] = {}  # result key -> infrastructure faults
+        #: The memory a trial config asks Ray for beyond the baseline
+        #: (``studies.cluster.TrialResources.estimate``, cached per architecture): computed
+        #: here once and sent in the config as ``memory_estimate``; None: not sent.
+        self.memory: Callable[[dict[str, Any]], int] | None = None
 
     @property
     def halted(self) -> str:
@@ -346,13 +350,16 @@ class StudySearcher(Searcher):
         candidate.stored = True
         cost = candidate.attrs[TrialKey.COST]
         self._show()
-        return {
+        config = {
             "number": number, "arch": candidate.attrs[TrialKey.ARCH],
             "settings": candidate.attrs[TrialKey.TRAIN], "task": spec.task,
             "task_options": spec.task_options, "latency": self.latency,
             "checkpoint_dir": spec.checkpoint_dir(number),
             "cost_vector": [float(cost[o.name]) for o in spec.objectives if o.source == "cost"],
         }
+        if self.memory is not None:
+            config["memory_estimate"] = self.memory(config)
+        return config
 
     def _finished_or_wait(self) -> Any:
         """FINISHED once nothing more can come of this run; None while twins wait for a trial

@@ -87,3 +87,36 @@ def test_without_the_private_steps_the_same_record_is_written(
     assert stored.user_attrs == {TrialKey.ARCH_ID: "x", TrialKey.TUNE_TRIAL: "tune-2"}
     assert len(read_epochs(run.storage.engine, "writes", trial.number)) == 1
     assert isinstance(run.study, optuna.Study)
+
+
+def test_the_memory_estimate_sent_with_a_trial_is_not_computed_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The searcher estimates a trial's memory once per architecture (its TrialResources'
+    cache) and sends it as ``memory_estimate``; Tune's copy of the TrialResources asks for
+    the same memory without building the architecture again."""
+    import copy
+
+    import nas.memory
+    from nas.config import ArchConfig
+    from studies.cluster import TRAINING_WORKER_BASELINE_BYTES, TrialResources
+    from studies.spec import Resources
+
+    arch = ArchConfig.from_dict({**h.SMALL_SPACE["base"], "groups": 1}).to_dict()
+    config = {"arch": arch, "settings": {"batch_size": 32, "eval_batch_size": 64}}
+    resources = TrialResources(Resources(cpu=1), TRAINING_WORKER_BASELINE_BYTES, h.GEOMETRY,
+                               64 * 2**30)
+    tunes_copy = copy.deepcopy(resources)
+    builds = {"n": 0}
+    real = nas.memory.estimate_training_memory
+
+    def counted(*args: object, **kwargs: object) -> int:
+        builds["n"] += 1
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(nas.memory, "estimate_training_memory", counted)
+    estimate = resources.estimate(config)
+    assert estimate > 0 and resources.estimate(dict(config)) == estimate
+    assert builds["n"] == 1
+    sent = {**config, "memory_estimate": estimate}
+    assert tunes_copy.memory(sent) == resources.memory(config)
+    assert builds["n"] == 1
