@@ -408,7 +408,7 @@ def fault_scenarios(args: argparse.Namespace, root: Path, pg: Postgres,
     """Each scenario on a fresh small cluster; one line each."""
     budget, epochs, concurrency = 24, 3, 4
     lines = []
-    for scenario in ("node", "head", "driver", "database"):
+    for scenario in args.scenarios.split(","):
         folder = root / f"fault-{scenario}"
         folder.mkdir()
         cluster = Cluster(folder, 2, 2, 8 * GIB, env(NAS_BENCH_EPOCH_SECONDS="1"))
@@ -443,7 +443,8 @@ def fault_scenarios(args: argparse.Namespace, root: Path, pg: Postgres,
             stack.callback(cluster.stop)
             cluster.start()
             again = subprocess.run([NAS, "resume", name, "--storage", pg.url, "--address",
-                                    cluster.address], cwd=folder,
+                                    cluster.address, "--evaluator", "_sleep_trial:evaluate"],
+                                   cwd=folder,
                                    env=env(NAS_BENCH_EPOCH_SECONDS="1"), stdout=out,
                                    stderr=subprocess.STDOUT, timeout=900)
             note, resumed = f"; resume rc={again.returncode}", True
@@ -475,6 +476,8 @@ def main() -> None:
     p.add_argument("--arms", default="nas,tune", help="which arms, in order (nas, tune)")
     p.add_argument("--quick", action="store_true", help="concurrency 8,16 and 80 trials")
     p.add_argument("--faults", action="store_true", help="run the fault scenarios instead")
+    p.add_argument("--scenarios", default="node,head,driver,database",
+                   help="which fault scenarios --faults runs")
     p.add_argument("--profile", type=int, default=0, metavar="C",
                    help="instead: profile the engine's driver (cProfile, commits and "
                    "statements per trial) at concurrency C")
