@@ -37,6 +37,7 @@ class Progress:
         self.counted_at_start = counted_at_start
         self.hv, self.hv_points = 0.0, -1
         self.last, self.last_time = "", 0.0
+        self.pending: tuple[int, int, int, list[list[float]]] | None = None
 
     def line(self, counted: int, running: int, rejected: int, values: list[list[float]]) -> str:
         if len(values) != self.hv_points:  # only a new complete trial moves it
@@ -52,22 +53,36 @@ class Progress:
 
     def show(self, counted: int, running: int, rejected: int, values: list[list[float]],
              *, tick: bool = False) -> None:
-        """Print the line if it changed (``tick``: a timer refresh, at most once a second, and
-        only in a terminal)."""
+        """Print the line if it changed, at most once a second (``tick``: a timer refresh,
+        only in a terminal). Plain lines (not a terminal): one per change of the counts, not
+        per second of the clock; a change within a second of the last line waits for the next
+        event after it, or for :meth:`close` (the last one, the budget reached, at once)."""
         if not self.enabled or (tick and (not self.tty or time.monotonic() - self.last_time < 1)):
             return
-        line = self.line(counted, running, rejected, values)
         if not self.tty:
-            # Plain lines: one per change of the counts, not per second of the clock.
+            if counted < self.budget and time.monotonic() - self.last_time < 1:
+                self.pending = (counted, running, rejected, values)
+                return
+            self.pending = None
+            line = self.line(counted, running, rejected, values)
             key = line.split(" | elapsed")[0]
             if key == self.last:
                 return
-            self.last = key
+            self.last, self.last_time = key, time.monotonic()
             print(line, file=self.stream, flush=True)
             return
+        if time.monotonic() - self.last_time < 1 and counted < self.budget:
+            self.pending = (counted, running, rejected, values)
+            return
+        self.pending = None
+        line = self.line(counted, running, rejected, values)
         self.last_time = time.monotonic()
         print("\r\x1b[2K" + line, end="", file=self.stream, flush=True)
 
     def close(self) -> None:
+        if self.enabled and self.pending is not None:  # the last change, held back
+            counted, running, rejected, values = self.pending
+            self.pending, self.last_time = None, 0.0
+            self.show(counted, running, rejected, values)
         if self.enabled and self.tty:
             print(file=self.stream, flush=True)

@@ -186,7 +186,13 @@ class TrialResources:
 
     def estimate(self, config: Mapping[str, Any]) -> int:
         """The meta-device estimate for the trial ``config`` (0 when it has no architecture
-        or the estimate cannot be made: the baseline then stands alone)."""
+        or the estimate cannot be made: the baseline then stands alone). A config that carries
+        it (``memory_estimate``: the searcher computed it once for the architecture, see
+        ``StudySearcher.memory``) is not estimated again (Tune calls this on its own copy of
+        this object, whose cache starts empty)."""
+        known = config.get("memory_estimate")
+        if isinstance(known, int) and not isinstance(known, bool) and known >= 0:
+            return known
         arch, settings = config.get("arch"), config.get("settings") or {}
         if self.resources.gpu > 0 or not isinstance(arch, Mapping):
             return 0

@@ -234,9 +234,12 @@ def record_sampled(run: StudyRun, trial: _TrialRef, attrs: Mapping[str, Any]) ->
              lambda: set_trial_user_attrs(run.storage, trial._trial_id, dict(attrs)))
 
 
-def record_launched(run: StudyRun, trial: _TrialRef, tune_trial: str) -> None:
-    """The Ray Tune trial that trains it (kept while the run lives)."""
-    record_sampled(run, trial, {TrialKey.TUNE_TRIAL: tune_trial})
+def record_launched(run: StudyRun, trial: _TrialRef, tune_trial: str, *,
+                    attrs: Mapping[str, Any] | None = None) -> None:
+    """The Ray Tune trial that trains it (kept while the run lives); with ``attrs``, what
+    :func:`record_sampled` writes, in the same transaction (a trial launched as it is
+    sampled)."""
+    record_sampled(run, trial, {**(attrs or {}), TrialKey.TUNE_TRIAL: tune_trial})
 
 
 def _end(run: StudyRun, trial: _TrialRef, status: str, attrs: Mapping[str, Any],
@@ -350,12 +353,9 @@ def close_interrupted(run: StudyRun, trials: Iterable[_TrialRef] | None = None, 
 def record_epoch(run: StudyRun, trial: _TrialRef, report: Mapping[str, Any]) -> None:
     """One epoch a trial reported: a ``nas_epochs`` row (``epoch``, ``train_loss``, ``metric``,
     ``value``, ``seconds``, ``extra``) and, when the value is a finite number, Optuna's
-    intermediate value at that step (see the module's note). A re-sent epoch (a trial Tune
-    retried) replaces neither: both hold the first report."""
+    intermediate value at that step (see the module's note), both in one transaction. A re-sent
+    epoch (a trial Tune retried) replaces neither: both hold the first report."""
     epoch = int(report["epoch"])
-    new = retrying(run.storage.url, lambda: write_epoch(run.storage, run.spec.name,
-                                                        trial.number, {**report, "epoch": epoch}))
-    value = report.get("value")
-    if new and isinstance(value, (int, float)) and math.isfinite(value):
-        retrying(run.storage.url, lambda: run.storage.set_trial_intermediate_value(
-            trial._trial_id, epoch, float(value)))
+    retrying(run.storage.url, lambda: write_epoch(run.storage, run.spec.name, trial.number,
+                                                  {**report, "epoch": epoch},
+                                                  trial_id=trial._trial_id))

@@ -39,6 +39,7 @@ from nas.tasks import TaskGeometry
 from studies import record
 from studies._pace import Pace
 from studies._progress import Progress
+from studies._snapshot import asking_study
 from studies._tally import Tally
 from studies._trials import StudyRun, base_settings, suggest
 from studies.constraints import cost_dict, violations
@@ -92,6 +93,7 @@ class _Candidate:
     attrs: dict[str, Any]  # arch, arch_id, cost, train
     key: str
     epochs_reached: int = 0
+    stored: bool = False  # its attrs written (a twin kept waiting); else written at launch
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,10 @@ class StudySearcher(Searcher):
         self.run, self.geometry, self.progress = run, geometry, progress
         with session(run.storage.url):
             trials = run.study.get_trials(deepcopy=False)
+            # Asked through a second handle on the study whose storage reads the study's
+            # trials once per suggestion (studies._snapshot); told through run.study.
+            self.asking, self.snapshots = asking_study(
+                run.study, optuna.storages.get_storage(run.storage))
         self.tally = Tally.of(trials)
         self.known = _known_results(trials)
         self.pace: Pace[_Candidate] = Pace(spec.budget.trials, deadline)
@@ -150,6 +156,10 @@ class StudySearcher(Searcher):
         self.unclosed = 0  # trials this run could not close (the database was down)
         self.max_live = math.inf  # lowered by each infrastructure fault (never below 1)
         self.infrastructure: dict[str, int] = {}  # result key -> infrastructure faults
+        #: The memory a trial config asks Ray for beyond the baseline
+        #: (``studies.cluster.TrialResources.estimate``, cached per architecture): computed
+        #: here once and sent in the config as ``memory_estimate``; None: not sent.
+        self.memory: Callable[[dict[str, Any]], int] | None = None
 
     @property
     def halted(self) -> str:
@@ -189,8 +199,12 @@ class StudySearcher(Searcher):
                 return None  # fewer at once since workers were lost: wait for one to end
             sampled = self._ask()
             self._show()
-            if sampled is not None and not self.pace.defer(sampled):
+            if sampled is None:
+                continue
+            if not self.pace.defer(sampled):
                 return self._launch(trial_id, sampled)
+            record.record_sampled(self.run, sampled.trial, sampled.attrs)  # a twin waits
+            sampled.stored = True
         return self._finished_or_wait()
 
     @_guarded
@@ -296,14 +310,19 @@ class StudySearcher(Searcher):
         """Ask for a trial, map its parameters to an architecture and cost it; reject it or
         reuse a known result (None), or return it to train."""
         run, spec = self.run, self.run.spec
-        trial = retrying(run.storage.url, run.study.ask)
-        try:  # the sampler reads and writes the database: retried like any write
-            config, train_overrides = retrying(run.storage.url,
-                                               lambda: suggest(run.space, trial, spec.smoke))
+        with self.snapshots.snapshot():  # one read of the study's trials for this suggestion
+            trial = retrying(run.storage.url, self.asking.ask)
+            try:  # the sampler reads and writes the database: retried like any write
+                config, train_overrides = retrying(
+                    run.storage.url, lambda: suggest(run.space, trial, spec.smoke))
+            except StorageError:  # a database fault while drawing: must not stay RUNNING
+                self._abandon(trial)
+                raise
+            except NasError as exc:  # a space that lets an invalid config through: go on
+                self._reject(trial, str(exc), {})
+                return None
+        try:
             cost = self.costs.get(config.arch_id) or _estimate_cost(config, self.geometry)
-        except StorageError:  # a database fault while drawing: the trial must not stay RUNNING
-            self._abandon(trial)
-            raise
         except NasError as exc:  # a space that lets an invalid config through: record, go on
             self._reject(trial, str(exc), {})
             return None
@@ -320,23 +339,27 @@ class StudySearcher(Searcher):
         if candidate.key in self.known:
             self._reuse(candidate)
             return None
-        record.record_sampled(run, trial, attrs)
-        return candidate
+        return candidate  # its attrs are written with its launch (one transaction)
 
     def _launch(self, trial_id: str, candidate: _Candidate) -> dict[str, Any]:
         spec, number = self.run.spec, candidate.trial.number
         self.live[trial_id] = candidate
         self.pace.started(candidate.key, number)
-        record.record_launched(self.run, candidate.trial, trial_id)
+        record.record_launched(self.run, candidate.trial, trial_id,
+                               attrs=None if candidate.stored else candidate.attrs)
+        candidate.stored = True
         cost = candidate.attrs[TrialKey.COST]
         self._show()
-        return {
+        config = {
             "number": number, "arch": candidate.attrs[TrialKey.ARCH],
             "settings": candidate.attrs[TrialKey.TRAIN], "task": spec.task,
             "task_options": spec.task_options, "latency": self.latency,
             "checkpoint_dir": spec.checkpoint_dir(number),
             "cost_vector": [float(cost[o.name]) for o in spec.objectives if o.source == "cost"],
         }
+        if self.memory is not None:
+            config["memory_estimate"] = self.memory(config)
+        return config
 
     def _finished_or_wait(self) -> Any:
         """FINISHED once nothing more can come of this run; None while twins wait for a trial

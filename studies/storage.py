@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sqlite3
 import sys
@@ -165,10 +166,11 @@ def _connection_lost(url: str, cause: BaseException) -> bool:
 def retrying(url: str, call: Callable[[], _T], *,
              again: Callable[[], _T] | None = None) -> _T:
     """``call()`` inside :func:`session`, retried with exponential backoff for up to
-    :data:`RETRY_SECONDS` while the database server's connection is lost (the engine's
-    ``pool_pre_ping`` replaces the dead connections); then, or at once for any other error,
-    the ``StorageError`` stands. ``again`` (default ``call``) makes each retry: a call whose
-    first try may have committed before its connection broke says there how to finish it.
+    :data:`RETRY_SECONDS` while the database server's connection is lost (SQLAlchemy discards
+    the pool's connections when one is found dead: the next try connects afresh); then, or at
+    once for any other error, the ``StorageError`` stands. ``again`` (default ``call``) makes
+    each retry: a call whose first try may have committed before its connection broke says
+    there how to finish it.
 
     Once a call has given up, later ones in this process are tried once (the run is stopping:
     closing its trials must not wait out the bound for each) until one succeeds again."""
@@ -227,8 +229,10 @@ def open_storage(url: str | None = None, *,
     engine_kwargs: dict[str, Any] = {}
     if parsed.get_backend_name() == "sqlite":
         engine_kwargs["connect_args"] = {"timeout": 60}
-    else:
-        engine_kwargs["pool_pre_ping"] = True
+    # No ``pool_pre_ping`` (a round trip before each use of a pooled connection, about 15 a
+    # trial): a connection the server dropped fails its first statement instead, SQLAlchemy
+    # then discards the pool's connections, and :func:`retrying`, which every write of a run
+    # goes through, tries again on a fresh one.
     with session(url):
         if parsed.get_backend_name() == "sqlite":
             _sqlite_wal(url)
@@ -369,47 +373,88 @@ def _engine(storage: optuna.storages.RDBStorage) -> Engine:
     return storage.engine
 
 
+@contextlib.contextmanager
+def _optuna_transaction(storage: optuna.storages.RDBStorage) -> Iterator[Any]:
+    """One transaction of Optuna's RDB storage: its ORM session, committed at the end; or
+    None where this Optuna lacks the private steps used with it (the callers then fall back to
+    Optuna's public calls, one commit each).
+
+    Optuna's private API is used here and nowhere else: ``_create_scoped_session`` and the
+    storage's ``_set_trial_attr_without_commit`` / ``_set_trial_intermediate_value_without_commit``
+    (Optuna 5.0; ``tests/test_driver_writes.py`` fails where they go)."""
+    try:
+        from optuna.storages._rdb.storage import _create_scoped_session
+    except ImportError:
+        yield None
+        return
+    if not all(hasattr(storage, step) for step in _OPTUNA_STEPS):
+        yield None
+        return
+    with _create_scoped_session(storage.scoped_session, True) as db:
+        yield db
+
+
+#: The storage's steps that write without committing (see :func:`_optuna_transaction`).
+_OPTUNA_STEPS = ("_set_trial_attr_without_commit", "_set_trial_intermediate_value_without_commit")
+
+
 def set_trial_user_attrs(storage: optuna.storages.RDBStorage, trial_id: int,
                          attrs: dict[str, Any]) -> None:
     """Set several user attributes of one unfinished trial in one transaction.
 
     Optuna's public ``set_trial_user_attr`` commits once per attribute; the engine writes about
-    five per trial, so it uses the storage's own per-attribute step inside one session, and
-    falls back to the public call where an Optuna version lacks that step.
+    five per trial, so it uses the storage's own per-attribute step inside one transaction
+    (:func:`_optuna_transaction`), and the public call where an Optuna version lacks it.
     """
     if not attrs:
         return
-    with session(storage.url):
-        setter = getattr(storage, "_set_trial_attr_without_commit", None)
-        if setter is None:
+    with session(storage.url), _optuna_transaction(storage) as db:
+        if db is None:
             for key, value in attrs.items():
                 storage.set_trial_user_attr(trial_id, key, value)
             return
         from optuna.storages._rdb import models
-        from optuna.storages._rdb.storage import _create_scoped_session
 
-        with _create_scoped_session(storage.scoped_session, True) as db:
-            for key, value in attrs.items():
-                setter(db, models.TrialUserAttributeModel, trial_id, key, value)
+        for key, value in attrs.items():
+            storage._set_trial_attr_without_commit(db, models.TrialUserAttributeModel,
+                                                   trial_id, key, value)
 
 
 def write_epoch(storage: optuna.storages.RDBStorage, study_name: str, trial_number: int,
-                report: dict[str, Any]) -> bool:
+                report: dict[str, Any], *, trial_id: int | None = None) -> bool:
     """Record one epoch of a trial (idempotent: a re-sent epoch replaces nothing); True when
-    the row is new."""
+    the row is new. With ``trial_id``, a new row's ``value``, when a finite number, is also the
+    Optuna trial's intermediate value at that step, written in the same transaction."""
+    epoch, value = int(report["epoch"]), report.get("value")
     row = {
-        "study_name": study_name, "trial_number": trial_number, "epoch": int(report["epoch"]),
+        "study_name": study_name, "trial_number": trial_number, "epoch": epoch,
         "train_loss": report.get("train_loss"), "metric": report.get("metric"),
-        "value": report.get("value"), "seconds": report.get("seconds"),
+        "value": value, "seconds": report.get("seconds"),
         "extra": json.dumps(report.get("extra") or {}),
     }
+    step: float | None = None  # the intermediate value to write with a new row
+    if (trial_id is not None and isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value)):
+        step = float(value)
+    exists_query = sa.select(epochs_table.c.id).where(
+        epochs_table.c.study_name == study_name, epochs_table.c.trial_number == trial_number,
+        epochs_table.c.epoch == epoch)
+    with session(storage.url), _optuna_transaction(storage) as db:
+        if db is not None:
+            exists = db.execute(exists_query).first()
+            if exists is None:
+                db.execute(epochs_table.insert().values(**row))
+                if step is not None and trial_id is not None:
+                    storage._set_trial_intermediate_value_without_commit(db, trial_id, epoch,
+                                                                         step)
+            return exists is None
     with session(storage.url), _engine(storage).begin() as conn:
-        exists = conn.execute(sa.select(epochs_table.c.id).where(
-            epochs_table.c.study_name == study_name,
-            epochs_table.c.trial_number == trial_number,
-            epochs_table.c.epoch == row["epoch"])).first()
+        exists = conn.execute(exists_query).first()
         if exists is None:
             conn.execute(epochs_table.insert().values(**row))
+    if exists is None and step is not None and trial_id is not None:
+        with session(storage.url):
+            storage.set_trial_intermediate_value(trial_id, epoch, step)
     return exists is None
 
 

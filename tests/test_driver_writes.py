@@ -1,0 +1,122 @@
+"""The driver's writes per trial, batched: an epoch's row and Optuna's intermediate value in
+one transaction, a launched trial's attributes in one (issue 22, item 2)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy as sa
+import study_helpers as h
+
+from studies import StudySpec, create_study
+from studies._trials import StudyRun
+from studies.record import TrialKey, record_epoch, record_launched
+from studies.storage import _optuna_transaction, read_epochs
+
+
+@pytest.fixture()
+def run(tmp_path: Path) -> StudyRun:
+    spec = StudySpec.from_dict(h.study_dict("writes"))
+    return create_study(spec, f"sqlite:///{tmp_path / 's.db'}", geometry=h.GEOMETRY,
+                        claim_folders=False)
+
+
+class _Commits:
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine, self.n = engine, 0
+
+    def __call__(self, *args: object) -> None:
+        self.n += 1
+
+
+@pytest.fixture()
+def commits(run: StudyRun) -> Iterator[_Commits]:
+    counter = _Commits(run.storage.engine)
+    sa.event.listen(run.storage.engine, "commit", counter)
+    yield counter
+    sa.event.remove(run.storage.engine, "commit", counter)
+
+
+def test_optunas_private_steps_that_batch_the_writes_are_there(run: StudyRun) -> None:
+    """Fails where an Optuna version drops what ``_optuna_transaction`` uses (the writes would
+    still be right, one commit each, but the batching would be gone)."""
+    with _optuna_transaction(run.storage) as db:
+        assert db is not None
+
+
+def test_an_epoch_is_one_transaction_and_a_resent_one_changes_nothing(
+        run: StudyRun, commits: _Commits) -> None:
+    trial = run.study.ask()
+    commits.n = 0
+    record_epoch(run, trial, {"epoch": 1, "train_loss": 0.5, "metric": "accuracy",
+                              "value": 0.75, "seconds": 1.0, "extra": {"lr": 0.1}})
+    assert commits.n == 1
+    record_epoch(run, trial, {"epoch": 1, "value": 0.25})  # re-sent (a retried trial)
+    record_epoch(run, trial, {"epoch": 2, "value": float("nan")})  # no intermediate value
+    rows = read_epochs(run.storage.engine, "writes", trial.number)
+    assert [(r["epoch"], r["value"], r["extra"]) for r in rows][:1] == [(1, 0.75, {"lr": 0.1})]
+    assert len(rows) == 2
+    stored = run.storage.get_trial(trial._trial_id)
+    assert stored.intermediate_values == {1: 0.75}
+
+
+def test_a_launched_trial_writes_its_attributes_in_one_transaction(
+        run: StudyRun, commits: _Commits) -> None:
+    trial = run.study.ask()
+    attrs = {TrialKey.ARCH_ID: "abc", TrialKey.TRAIN: {"epochs": 2}, TrialKey.COST: {"p": 1}}
+    commits.n = 0
+    record_launched(run, trial, "tune-1", attrs=attrs)
+    assert commits.n == 1
+    stored = run.storage.get_trial(trial._trial_id).user_attrs
+    assert stored == {**attrs, TrialKey.TUNE_TRIAL: "tune-1"}
+
+
+def test_without_the_private_steps_the_same_record_is_written(
+        run: StudyRun, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fallback (Optuna's public calls) writes the same rows and values."""
+    monkeypatch.setattr("studies.storage._OPTUNA_STEPS", ("_no_such_step",))
+    trial = run.study.ask()
+    record_epoch(run, trial, {"epoch": 1, "value": 0.5})
+    record_epoch(run, trial, {"epoch": 1, "value": 0.9})
+    record_launched(run, trial, "tune-2", attrs={TrialKey.ARCH_ID: "x"})
+    stored = run.storage.get_trial(trial._trial_id)
+    assert stored.intermediate_values == {1: 0.5}
+    assert stored.user_attrs == {TrialKey.ARCH_ID: "x", TrialKey.TUNE_TRIAL: "tune-2"}
+    assert len(read_epochs(run.storage.engine, "writes", trial.number)) == 1
+    assert isinstance(run.study, optuna.Study)
+
+
+def test_the_memory_estimate_sent_with_a_trial_is_not_computed_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The searcher estimates a trial's memory once per architecture (its TrialResources'
+    cache) and sends it as ``memory_estimate``; Tune's copy of the TrialResources asks for
+    the same memory without building the architecture again."""
+    import copy
+
+    import nas.memory
+    from nas.config import ArchConfig
+    from studies.cluster import TRAINING_WORKER_BASELINE_BYTES, TrialResources
+    from studies.spec import Resources
+
+    arch = ArchConfig.from_dict({**h.SMALL_SPACE["base"], "groups": 1}).to_dict()
+    config = {"arch": arch, "settings": {"batch_size": 32, "eval_batch_size": 64}}
+    resources = TrialResources(Resources(cpu=1), TRAINING_WORKER_BASELINE_BYTES, h.GEOMETRY,
+                               64 * 2**30)
+    tunes_copy = copy.deepcopy(resources)
+    builds = {"n": 0}
+    real = nas.memory.estimate_training_memory
+
+    def counted(*args: object, **kwargs: object) -> int:
+        builds["n"] += 1
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(nas.memory, "estimate_training_memory", counted)
+    estimate = resources.estimate(config)
+    assert estimate > 0 and resources.estimate(dict(config)) == estimate
+    assert builds["n"] == 1
+    sent = {**config, "memory_estimate": estimate}
+    assert tunes_copy.memory(sent) == resources.memory(config)
+    assert builds["n"] == 1
