@@ -4,6 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
+# The suite runs on this many processes (pytest-xdist); tests that start Ray nodes of their
+# own share one of them (`--dist loadgroup`, group `ray-start`).
+TEST_WORKERS ?= 2
 
 .PHONY: demo test lint install clean system-deps bench-env
 
@@ -32,7 +35,7 @@ system-deps:
 test: $(TEST_STAMP) system-deps
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .

@@ -33,7 +33,10 @@ from optuna.trial import TrialState
 
 from studies import counted_trials
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+#: Tests that start Ray nodes of their own run one at a time under `make test`'s two
+#: processes (pytest-xdist's `--dist loadgroup`): a head takes Ray's default ports.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
+              pytest.mark.xdist_group("ray-start")]
 
 RAY = str(Path(sys.executable).with_name("ray"))
 #: Ports of one node besides the head's GCS port, each given explicitly.

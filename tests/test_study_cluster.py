@@ -13,6 +13,8 @@ from optuna.trial import TrialState
 from studies import StudySpec, counted_trials, create_study, run_study
 
 GEOMETRY = h.GEOMETRY
+# Ray nodes of its own: one at a time with the other such tests (see test_cluster_token).
+pytestmark = pytest.mark.xdist_group("ray-start")
 BASE = h.SMALL_SPACE["base"]
 
 

@@ -230,6 +230,7 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.xdist_group("ray-start")  # Ray's default ports: one such test at a time
 def test_nas_run_on_a_cluster_started_with_ray_start(tmp_path) -> None:
     """``ray start --head`` in its own session, then ``nas run --address``, as a user would."""
     ray_bin = Path(os.environ.get("VIRTUAL_ENV", Path(h.NAS[0]).parent.parent)) / "bin" / "ray"
