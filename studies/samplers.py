@@ -43,9 +43,12 @@ def _tpe(*, seed: int | None = None, multivariate: bool = True, constant_liar: b
 
 
 def _gp(*, seed: int | None = None, n_startup_trials: int = 4,
-        **options: Any) -> optuna.samplers.GPSampler:
-    """Optuna's Gaussian-process sampler, four start-up draws."""
-    return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials, **options)
+        warn_independent_sampling: bool = False, **options: Any) -> optuna.samplers.GPSampler:
+    """Optuna's Gaussian-process sampler, four start-up draws; the parameters a space draws
+    only for some architectures (GP models a fixed space) are drawn at random, silently."""
+    return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials,
+                                     warn_independent_sampling=warn_independent_sampling,
+                                     **options)
 
 
 class _TpeThenNsga2(optuna.samplers.NSGAIISampler):
