@@ -2,6 +2,7 @@
 
     python benchmarks/search.py [--quick] [--seeds 5] [--tasks digits,vqa]
                                 [--arms a,b,c,d,e] [--trials N] [--sampler tpe]
+                                [--samplers tpe,gp,auto,nsga2]
 
 Five arms, each on two tasks and the same seeds, each with two trials at once:
 
@@ -13,7 +14,9 @@ Five arms, each on two tasks and the same seeds, each with two trials at once:
 (c) the same with Optuna's multi-objective TPE;
 (d) random search with this engine's multi-objective early stopping;
 (e) Syne Tune's ``MOASHA`` in the benchmark's own environment (``make bench-env``); skipped,
-    with the reason, where that environment is missing or fails.
+    with the reason, where that environment is missing or fails;
+(a:NAME) with ``--samplers``: arm (a) again with each sampler named (``studies.samplers``),
+    side by side in the same tables: how the default sampler is chosen.
 
 Tasks: ``digits`` (the quickstart study: tiny ViTs on digits, NSGA-II with population 6,
 params <= 2e5, at most 10 batches an epoch) and ``vqa`` (the ``lw_transformer`` space on
@@ -286,6 +289,8 @@ def main() -> None:
                 results.setdefault(key, []).append(run)
                 print(f"{key} seed {seed} done after {time.perf_counter() - start:.0f} s",
                       flush=True)
+                if seed + 1 < seeds:  # the tables so far: a run cut short keeps them
+                    report(TASKS[key], results[key], skipped)
     ray.shutdown()
     print(f"\n{trials} trials asked per arm, task and seed; {WORKERS} at once; arm (a)'s "
           f"sampler: {args.sampler or 'the study' + chr(39) + 's'}; hypervolume normalised "
