@@ -50,6 +50,7 @@ class Task:
     train: dict[str, Any] = field(default_factory=dict)
     grace: int = 1
     reduction_factor: int = 2
+    population: int = 50  # arm (b)'s NSGA-II population
 
     def spec(self, name: str, seed: int, trials: int, sampler: dict[str, Any], *,
              early_stopping: str = "asha") -> StudySpec:

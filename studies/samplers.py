@@ -30,7 +30,7 @@ from nas.errors import ConfigError
 __all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "StoppedTrialsView", "make_sampler", "stopped_values"]
 
 #: The sampler a study file without ``sampler`` gets (chosen by ``benchmarks/search.py``).
-DEFAULT_SAMPLER: Mapping[str, Any] = {"name": "nsga2"}
+DEFAULT_SAMPLER: Mapping[str, Any] = {"name": "gp"}
 
 
 def _tpe(*, seed: int | None = None, multivariate: bool = True, constant_liar: bool = True,

@@ -19,6 +19,7 @@ from studies.samplers import (
     make_sampler,
 )
 from studies.spec import StudySpec as Spec
+from studies.spec import load_study_spec
 
 DIRECTIONS = ["maximize", "minimize"]
 ray_local = h.ray_local
@@ -148,6 +149,19 @@ def test_sampler_options_are_checked() -> None:
         with pytest.raises(ConfigError, match=word):
             make_sampler(spec, 0)
     assert set(SAMPLERS) >= {"nsga2", "tpe", "gp", "auto", "random"}
+
+
+def test_the_default_sampler_is_the_one_the_benchmark_chose() -> None:
+    """GP: the best median final hypervolume of the candidates on vqa and the best mean rank
+    (benchmarks/search.py --samplers, 2026-11-25); the shipped study files use it too."""
+    assert dict(DEFAULT_SAMPLER) == {"name": "gp"}
+    sampler = make_sampler(DEFAULT_SAMPLER, 0)
+    assert isinstance(sampler, LearnsFromStopped)
+    assert isinstance(sampler.inner, optuna.samplers.GPSampler)
+    shipped = sorted(Path(__file__).resolve().parent.parent.glob("studies/*.yaml"))
+    assert shipped
+    for path in shipped:
+        assert load_study_spec(path).sampler == {"name": "gp"}, path
 
 
 def test_a_study_file_without_a_sampler_gets_the_default() -> None:
