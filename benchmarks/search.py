@@ -36,9 +36,16 @@ min-max, its mean rank over the seeds, the seeds on which (a) is at least that a
 epochs (a) needed to reach that arm's median final hypervolume with the ratio to that arm's
 epochs; and the issue's targets for (a) and each ``a:NAME``.
 
-Time: ``--quick`` (1 seed, 6 trials) took 14 minutes on two cores shared with other jobs (load
-about 10, 2026-11-25); the default (5 seeds, 12 trials) was not run: scaled from that it needs
-well over an hour on such a machine; on an idle one it is unmeasured.
+Time: the default (5 seeds, 12 trials, arms a-e, both tasks: 50 arm-runs) is estimated at
+30-35 minutes on an idle two-core machine, unmeasured there: one epoch of either task costs
+1.0-1.5 s of CPU (``evaluate_trial`` for one epoch, model build and evaluation included, one
+torch thread; measured 2026-11-25), an arm-run trains 23-37 epochs (29 on average in the runs
+below), so training is about 50 x 29 x 1.5 s / 2 cores = 18 minutes, plus per trial a Ray
+start, the cost model and the database (about 2 s of CPU: some 6 minutes over two cores) and
+the sampler's draw in the driver (GP: about 1 s, some 10 minutes, partly overlapping the
+training). ``--quick`` (1 seed, 6 trials) is a tenth of that. On two cores shared with other
+jobs (load 20-35) one seed of five engine arms on one task took 20-40 minutes
+(``--samplers tpe,gp,auto --arms a,d``, 2026-11-25).
 """
 
 from __future__ import annotations
