@@ -44,7 +44,7 @@ below), so training is about 50 x 29 x 1.5 s / 2 cores = 18 minutes, plus per tr
 start, the cost model and the database (about 2 s of CPU: some 6 minutes over two cores) and
 the sampler's draw in the driver (GP: about 1 s, some 10 minutes, partly overlapping the
 training). ``--quick`` (1 seed, 6 trials) is a tenth of that. On two cores shared with other
-jobs (load 20-35) one seed of five engine arms on one task took 20-40 minutes
+jobs (load 20-35) one seed of five engine arms on one task took 22-24 minutes
 (``--samplers tpe,gp,auto --arms a,d``, 2026-11-25).
 """
 
