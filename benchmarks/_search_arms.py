@@ -50,13 +50,15 @@ class Task:
     train: dict[str, Any] = field(default_factory=dict)
     grace: int = 1
     reduction_factor: int = 2
+    population: int = 50  # arm (b)'s NSGA-II population
 
-    def spec(self, name: str, seed: int, trials: int, sampler: dict[str, Any]) -> StudySpec:
+    def spec(self, name: str, seed: int, trials: int, sampler: dict[str, Any], *,
+             early_stopping: str = "asha") -> StudySpec:
         return StudySpec.from_dict({
             "name": name, "task": self.task, "space": self.space,
             "objectives": OBJECTIVES, "constraints": {"params_max": self.params_max},
             "sampler": sampler, "budget": {"trials": trials},
-            "fidelity": {"epochs": self.epochs, "early_stopping": "asha",
+            "fidelity": {"epochs": self.epochs, "early_stopping": early_stopping,
                          "grace_epochs": self.grace, "reduction_factor": self.reduction_factor},
             "resources": {"cpu": 1}, "seed": seed, "train": self.train,
             **({"smoke": True} if self.smoke else {}),

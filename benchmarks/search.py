@@ -2,20 +2,24 @@
 
     python benchmarks/search.py [--quick] [--seeds 5] [--tasks digits,vqa]
                                 [--arms a,b,c,d,e] [--trials N] [--sampler tpe]
+                                [--samplers tpe,gp,auto,nsga2]
 
 Five arms, each on two tasks and the same seeds, each with two trials at once:
 
 (a) this engine as shipped: the study's sampler (``--sampler`` tries another), constraint checks
     before training, reuse of re-sampled architectures, multi-objective ASHA early stopping;
-(b) Ray Tune + ``OptunaSearch`` (NSGA-II, the study's population) + Tune's ``ASHAScheduler`` on
-    accuracy (the engine's grace and reduction factor), the params constraint checked in the
-    define-by-run function before training (a violation trains nothing);
+(b) Ray Tune + ``OptunaSearch`` (NSGA-II: population 6 on digits, Optuna's 50 on vqa) + Tune's
+    ``ASHAScheduler`` on accuracy (the engine's grace and reduction factor), the params
+    constraint checked in the define-by-run function before training (a violation trains
+    nothing);
 (c) the same with Optuna's multi-objective TPE;
 (d) random search with this engine's multi-objective early stopping;
 (e) Syne Tune's ``MOASHA`` in the benchmark's own environment (``make bench-env``); skipped,
-    with the reason, where that environment is missing or fails.
+    with the reason, where that environment is missing or fails;
+(a:NAME) with ``--samplers``: arm (a) again with each sampler named (``studies.samplers``),
+    side by side in the same tables: how the default sampler is chosen.
 
-Tasks: ``digits`` (the quickstart study: tiny ViTs on digits, NSGA-II with population 6,
+Tasks: ``digits`` (the quickstart study: tiny ViTs on digits, its sampler (GP),
 params <= 2e5, at most 10 batches an epoch) and ``vqa`` (the ``lw_transformer`` space on
 ``synthetic-vqa`` at ``smoke`` scale, the engine's default sampler, params <= 3.2e5: about half
 the space's draws). Of the smoke-scale captioning and VQA spaces, VQA was chosen: on two busy
@@ -28,12 +32,20 @@ same budget: the fewest epochs any arm trained in all. The hypervolume is the no
 against the study's fixed reference point (``nas.reference``, computed once per task with the
 engine's ``study_reference`` and checked against what the engine stores), over the trials
 trained to the full epochs. Printed per task and arm: the median final hypervolume with its
-min-max, the seeds on which (a) is at least that arm, and the epochs (a) needed to reach that
-arm's median final hypervolume with the ratio to that arm's epochs; and the issue's targets.
+min-max, its mean rank over the seeds, the seeds on which (a) is at least that arm, and the
+epochs (a) needed to reach that arm's median final hypervolume with the ratio to that arm's
+epochs; and the issue's targets for (a) and each ``a:NAME``.
 
-Time: ``--quick`` (1 seed, 6 trials) took 14 minutes on two cores shared with other jobs (load
-about 10, 2026-11-25); the default (5 seeds, 12 trials) was not run: scaled from that it needs
-well over an hour on such a machine; on an idle one it is unmeasured.
+Time: the default (5 seeds, 12 trials, arms a-e, both tasks: 50 arm-runs) is estimated at
+30-35 minutes on an idle two-core machine, unmeasured there: one epoch of either task costs
+1.0-1.5 s of CPU (``evaluate_trial`` for one epoch, model build and evaluation included, one
+torch thread; measured 2026-11-25), an arm-run trains 23-37 epochs (29 on average in the runs
+below), so training is about 50 x 29 x 1.5 s / 2 cores = 18 minutes, plus per trial a Ray
+start, the cost model and the database (about 2 s of CPU: some 6 minutes over two cores) and
+the sampler's draw in the driver (GP: about 1 s, some 10 minutes, partly overlapping the
+training). ``--quick`` (1 seed, 6 trials) is a tenth of that. On two cores shared with other
+jobs (load 20-35) one seed of five engine arms on one task took 22-24 minutes
+(``--samplers tpe,gp,auto --arms a,d``, 2026-11-25).
 """
 
 from __future__ import annotations
@@ -63,14 +75,14 @@ from _search_arms import (
 )
 
 from studies.pareto import hypervolume_history
-from studies.samplers import SAMPLERS
+from studies.samplers import DEFAULT_SAMPLER, SAMPLERS
 
 TASKS = {
     "digits": Task("digits", "digits", "quickstart", smoke=False, epochs=4, params_max=2.0e5,
-                   sampler={"name": "nsga2", "population_size": 6},
+                   sampler={"name": "gp"}, population=6,
                    train={"batch_size": 64, "warmup_epochs": 0.5, "max_steps_per_epoch": 10}),
     "vqa": Task("vqa", "synthetic-vqa", "lw_transformer", smoke=True, epochs=4,
-                params_max=3.2e5, sampler={"name": "nsga2"}),
+                params_max=3.2e5, sampler=dict(DEFAULT_SAMPLER)),
 }
 ARMS = {
     "a": "(a) engine as shipped",
@@ -110,6 +122,22 @@ class SeedRun:
     budget: int  # the epochs every arm is cut at: the fewest any arm trained
 
 
+def label(arm: str) -> str:
+    """An arm's name in the tables: ``a:tpe`` is arm (a) with sampler ``tpe``."""
+    return ARMS.get(arm) or f"(a) engine, sampler {arm.partition(':')[2]}"
+
+
+def engine_arms(arms: list[str]) -> list[str]:
+    """The arms that are this engine with its own early stopping: (a) and its ``a:NAME``."""
+    return [a for a in arms if a == "a" or a.startswith("a:")]
+
+
+def candidate(task: Task, name: str) -> dict[str, Any]:
+    """Sampler ``name`` as arm ``a:name`` runs it: the study's own options where the study
+    ships that sampler, else the sampler's defaults."""
+    return dict(task.sampler) if task.sampler.get("name") == name else {"name": name}
+
+
 def run_seed(task: Task, arms: list[str], seed: int, trials: int, tmp: Path,
              sampler: dict[str, Any] | None, syne_python: Path,
              skipped: dict[str, str]) -> SeedRun:
@@ -122,11 +150,15 @@ def run_seed(task: Task, arms: list[str], seed: int, trials: int, tmp: Path,
         if arm == "a":
             points[arm] = engine_arm(task, f"sqlite:///{tmp / f'a{tag}.db'}", f"a{tag}", seed,
                                      trials, sampler or task.sampler, reference)
+        elif arm.startswith("a:"):
+            name = arm.partition(":")[2]
+            points[arm] = engine_arm(task, f"sqlite:///{tmp / f'a{name}{tag}.db'}",
+                                     f"a{name}{tag}", seed, trials, candidate(task, name),
+                                     reference)
         elif arm == "b":
-            population = int(task.sampler.get("population_size", 50))
             points[arm] = tune_arm(task, tmp / "tune", f"b{tag}", seed, trials,
-                                   optuna.samplers.NSGAIISampler(population_size=population,
-                                                                 seed=seed))
+                                   optuna.samplers.NSGAIISampler(
+                                       population_size=task.population, seed=seed))
         elif arm == "c":
             points[arm] = tune_arm(task, tmp / "tune", f"c{tag}", seed, trials,
                                    optuna.samplers.TPESampler(seed=seed))
@@ -141,7 +173,7 @@ def run_seed(task: Task, arms: list[str], seed: int, trials: int, tmp: Path,
                 points[arm] = got
         if arm in points:
             c = curve(points[arm], reference)
-            print(f"  {tag} {ARMS[arm]}: {len(c)} trials, {c[-1][0] if c else 0} epochs, "
+            print(f"  {tag} {label(arm)}: {len(c)} trials, {c[-1][0] if c else 0} epochs, "
                   f"hypervolume {c[-1][1] if c else 0.0:.4f}", flush=True)
     budget = min((p[-1][0] for p in points.values() if p), default=0)
     return SeedRun({arm: curve(p, reference) for arm, p in points.items()}, budget)
@@ -151,47 +183,63 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.4f} [{min(values):.4f}-{max(values):.4f}]"
 
 
+def _wins(mine: list[float], theirs: list[float]) -> int:
+    return sum(x >= y - 1e-12 for x, y in zip(mine, theirs, strict=True))
+
+
+def _rank(runs: list[SeedRun], arms: list[str], arm: str) -> float:
+    """``arm``'s mean rank by final hypervolume over the seeds (1: best; a tie shares the
+    better rank)."""
+    ranks = []
+    for r in runs:
+        mine = final(r.curves[arm], r.budget)
+        ranks.append(1 + sum(final(r.curves[o], r.budget) > mine + 1e-12 for o in arms))
+    return statistics.mean(ranks)
+
+
 def report(task: Task, runs: list[SeedRun], skipped: dict[str, str]) -> None:
-    arms = [a for a in ARMS if all(a in r.curves for r in runs)]
+    arms = [a for a in runs[0].curves if all(a in r.curves for r in runs)] if runs else []
     finals = {a: [final(r.curves[a], r.budget) for r in runs] for a in arms}
     budgets = [r.budget for r in runs]
+    engines = engine_arms(arms)
+    peers = [a for a in arms if a not in engines]
+    me = "a" if "a" in arms else (engines[0] if engines else None)
     print(f"\n{task.key}: {task.space} on {task.task}{' (smoke)' if task.smoke else ''}, "
           f"{task.epochs} epochs, grace {task.grace}, reduction {task.reduction_factor}; "
-          f"{len(runs)} seeds; budget per seed (epochs) {budgets}")
-    print(f"{'arm':<37}{'median HV [min-max]':>26}{'(a)>=':>7}{'(a) reach':>11}{'ratio':>7}")
-    best_peer = None
+          f"{len(runs)} seeds; budget per seed (epochs) {budgets}; (a) below is {me}")
+    print(f"{'arm':<37}{'median HV [min-max]':>26}{'rank':>6}{'(a)>=':>7}{'(a) reach':>11}"
+          f"{'ratio':>7}")
     for arm in arms:
         target = statistics.median(finals[arm])
         wins = reach = ratio = ""
-        if arm != "a" and "a" in finals:
-            n = sum(x >= y - 1e-12 for x, y in zip(finals["a"], finals[arm], strict=True))
-            wins = f"{n}/{len(runs)}"
-            hits = [epochs_to_reach(r.curves["a"], target) for r in runs]
-            got = [h for h in hits if h is not None]
-            if len(got) * 2 > len(hits):  # the median seed reached it
+        if me is not None and arm != me:
+            wins = f"{_wins(finals[me], finals[arm])}/{len(runs)}"
+            hits = [epochs_to_reach(r.curves[me], target) for r in runs]
+            if sum(h is not None for h in hits) * 2 > len(hits):  # the median seed reached it
                 needed = statistics.median([h if h is not None else float("inf") for h in hits])
                 reach = f"{needed:.0f}"
                 ratio = f"{needed / statistics.median(budgets):.2f}"
             else:
                 reach = "not"
-            if best_peer is None or target > statistics.median(finals[best_peer]):
-                best_peer = arm
-        print(f"{ARMS[arm]:<37}{_spread(finals[arm]):>26}{wins:>7}{reach:>11}{ratio:>7}")
+        print(f"{label(arm):<37}{_spread(finals[arm]):>26}{_rank(runs, arms, arm):>6.1f}"
+              f"{wins:>7}{reach:>11}{ratio:>7}")
     for arm, reason in skipped.items():
-        print(f"{ARMS[arm]:<37} skipped: {reason}")
-    if "a" not in finals or best_peer is None:
+        print(f"{label(arm):<37} skipped: {reason}")
+    if not peers:
         return
+    best_peer = max(peers, key=lambda p: statistics.median(finals[p]))
     need = WINS_NEEDED * len(runs)
-    beaten = all(sum(x >= y - 1e-12 for x, y in zip(finals["a"], finals[p], strict=True)) >= need
-                 for p in finals if p != "a")
-    hits = [epochs_to_reach(r.curves["a"], statistics.median(finals[best_peer])) for r in runs]
-    ratios = [h / r.budget if h is not None and r.budget else float("inf")
-              for h, r in zip(hits, runs, strict=True)]
-    share = statistics.median(ratios)
-    print(f"target (a) >= every peer on >= {need:g} of {len(runs)} seeds: "
-          f"{'met' if beaten else 'NOT met'}; (a) reaches the best peer's ({best_peer}) median "
-          f"final HV with {share:.2f} of its epochs (<= {EPOCH_RATIO_MAX}): "
-          f"{'met' if share <= EPOCH_RATIO_MAX else 'NOT met'}")
+    for arm in engines:
+        beaten = all(_wins(finals[arm], finals[p]) >= need for p in peers)
+        hits = [epochs_to_reach(r.curves[arm], statistics.median(finals[best_peer]))
+                for r in runs]
+        ratios = [h / r.budget if h is not None and r.budget else float("inf")
+                  for h, r in zip(hits, runs, strict=True)]
+        share = statistics.median(ratios)
+        print(f"target {arm} >= every peer on >= {need:g} of {len(runs)} seeds: "
+              f"{'met' if beaten else 'NOT met'}; {arm} reaches the best peer's ({best_peer}) "
+              f"median final HV with {share:.2f} of its epochs (<= {EPOCH_RATIO_MAX}): "
+              f"{'met' if share <= EPOCH_RATIO_MAX else 'NOT met'}")
 
 
 def main() -> None:
@@ -206,17 +254,23 @@ def main() -> None:
     parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated: a,b,c,d,e")
     parser.add_argument("--sampler", default=None,
                         help="arm (a)'s sampler name instead of the study's (tpe, gp, ...)")
+    parser.add_argument("--samplers", default="",
+                        help="comma-separated: also run arm (a) with each of these samplers, as "
+                             "arms a:NAME side by side (e.g. tpe,gp,auto,nsga2)")
     parser.add_argument("--syne-python", type=Path,
                         default=Path(__file__).resolve().parent.parent / ".venv-bench/bin/python",
                         help="the python of the Syne Tune environment (make bench-env)")
     args = parser.parse_args()
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    candidates = [n.strip() for n in args.samplers.split(",") if n.strip()]
     bad = [t for t in tasks if t not in TASKS] + [a for a in arms if a not in ARMS]
     if bad or not tasks or not arms:
         parser.error(f"unknown task or arm {bad}; tasks: {', '.join(TASKS)}; arms: a,b,c,d,e")
-    if args.sampler is not None and args.sampler not in SAMPLERS:
-        parser.error(f"unknown sampler {args.sampler!r}; one of {', '.join(SAMPLERS)}")
+    unknown = [n for n in [args.sampler, *candidates] if n is not None and n not in SAMPLERS]
+    if unknown:
+        parser.error(f"unknown sampler {unknown[0]!r}; one of {', '.join(SAMPLERS)}")
+    arms += [f"a:{n}" for n in candidates if f"a:{n}" not in arms]
     seeds = args.seeds or (1 if args.quick else 5)
     trials = args.trials or (6 if args.quick else 12)
     sampler = {"name": args.sampler} if args.sampler else None
@@ -243,6 +297,8 @@ def main() -> None:
                 results.setdefault(key, []).append(run)
                 print(f"{key} seed {seed} done after {time.perf_counter() - start:.0f} s",
                       flush=True)
+                if seed + 1 < seeds:  # the tables so far: a run cut short keeps them
+                    report(TASKS[key], results[key], skipped)
     ray.shutdown()
     print(f"\n{trials} trials asked per arm, task and seed; {WORKERS} at once; arm (a)'s "
           f"sampler: {args.sampler or 'the study' + chr(39) + 's'}; hypervolume normalised "

@@ -48,6 +48,10 @@ class Rungs:
     max_epochs: int
     directions: Sequence[str]
     records: dict[int, dict[int, tuple[float, ...]]] = field(default_factory=dict)
+    #: A rung stops no trial until it holds this many records (at least ``eta``).
+    min_peers: int = 0
+    #: A trial non-dominated among its rung's records continues whatever its share.
+    keep_nondominated: bool = True
 
     @property
     def epochs(self) -> list[int]:
@@ -67,13 +71,13 @@ class Rungs:
             return False
         self.record(trial, epoch, vector)
         peers = self.records[epoch]
-        if len(peers) < self.eta:
+        if len(peers) < max(self.eta, self.min_peers):
             return False
         ids = list(peers)
         points = to_minimization([peers[i] for i in ids], self.directions)
         ranks = nondominated_ranks(points)
         me = ids.index(trial)
-        if ranks[me] == 0:
+        if ranks[me] == 0 and self.keep_nondominated:
             return False
         crowd = np.zeros(len(ids))
         for r in np.unique(ranks):

@@ -32,6 +32,7 @@ from typing import Any, Literal
 from nas.errors import ConfigError
 from nas.loading import read_mapping
 from studies.record import OBJECTIVES, Direction, Objective
+from studies.samplers import DEFAULT_SAMPLER
 from studies.smoke import Smoke, parse_smoke
 
 __all__ = [
@@ -195,7 +196,7 @@ class StudySpec:
     space: str | dict[str, Any]
     objectives: tuple[Objective, ...]
     constraints: dict[str, float] = field(default_factory=dict)
-    sampler: dict[str, Any] = field(default_factory=lambda: {"name": "nsga2"})
+    sampler: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_SAMPLER))
     budget: Budget = Budget(trials=12)
     fidelity: Fidelity = Fidelity()
     resources: Resources = Resources()
@@ -279,7 +280,7 @@ class StudySpec:
         _only(constraints, _CONSTRAINTS, "constraints")
         constraints = {k: float(_number(v, f"constraints.{k}")) for k, v in constraints.items()}
 
-        sampler = _mapping(data.get("sampler") or {"name": "nsga2"}, "sampler")
+        sampler = _mapping(data.get("sampler") or dict(DEFAULT_SAMPLER), "sampler")
         if not isinstance(sampler.get("name"), str):
             raise ConfigError("Study key `sampler` needs a `name`, e.g. {name: nsga2}.")
 

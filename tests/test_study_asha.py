@@ -54,3 +54,26 @@ def test_the_progress_hypervolume_is_the_last_of_the_history(directions) -> None
     assert normalized_hypervolume(values, directions) == pytest.approx(
         hypervolume_history(values, directions)[-1])
     assert normalized_hypervolume([], directions) == 0.0
+
+
+def test_a_rung_with_min_peers_stops_no_trial_before_it_holds_that_many() -> None:
+    """``min_peers``: the first trials at a rung are judged against enough peers, not one."""
+    eager = Rungs(grace=1, eta=2, max_epochs=4, directions=["maximize", "minimize"])
+    patient = Rungs(grace=1, eta=2, max_epochs=4, directions=["maximize", "minimize"],
+                    min_peers=3)
+    arrivals = [(0, (0.9, 10.0)), (1, (0.5, 20.0)), (2, (0.4, 30.0))]
+    assert [eager.should_stop(n, 1, v) for n, v in arrivals] == [False, True, True]
+    assert [patient.should_stop(n, 1, v) for n, v in arrivals] == [False, False, True]
+
+
+def test_without_keep_nondominated_a_rung_keeps_only_its_best_share() -> None:
+    """``keep_nondominated=False``: a trial on the rung's front but outside its best ``1/eta``
+    (by rank, then crowding) stops; by default every trial on the front continues."""
+    arrivals = [(0, (0.9, 40.0)), (1, (0.8, 30.0)), (2, (0.7, 20.0)), (3, (0.6, 25.0))]
+    kept = Rungs(grace=1, eta=2, max_epochs=4, directions=["maximize", "minimize"])
+    ranked = Rungs(grace=1, eta=2, max_epochs=4, directions=["maximize", "minimize"],
+                   keep_nondominated=False)
+    assert [kept.should_stop(n, 1, v) for n, v in arrivals] == [False, False, False, True]
+    # Each of trials 1 and 2 is on its rung's front but outside its best one (2 // 2, 3 // 2):
+    # the front's ends are equally crowded and the earlier trial is ahead.
+    assert [ranked.should_stop(n, 1, v) for n, v in arrivals] == [False, True, True, True]

@@ -1,0 +1,183 @@
+"""What multi-objective ASHA's rungs stop and promote, replayed on trials trained to the end.
+
+    python benchmarks/rungs.py [--tasks digits,vqa] [--seeds 2] [--trials 12] [--keep DIR]
+
+Per task and seed the engine trains ``--trials`` random architectures of ``benchmarks/search.py``'s
+task to the full epochs, without early stopping, two at once; each trial's per-epoch values are
+its learning curve. The rules of ``studies.asha.Rungs`` (and the variants named in ``RULES``) are
+then replayed on those curves in the order the trials were drawn, as the scheduler would have
+met them, and for each rule the table gives: the trials stopped at each rung, the trials of the
+final front (at the full epochs, all trials) that it stopped, the normalised hypervolume of the
+trials it lets finish against that of all trials, and the epochs it trains (a stopped trial the
+epochs it reached). Also printed: the rank correlation (Spearman) between each rung's accuracy
+and the final accuracy, i.e. how much a rung's comparison says about the end.
+
+``--keep DIR`` writes the curves as JSON (one file per task and seed) and ``--replay DIR``
+replays such files without training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _search_arms import DIRECTIONS, Task
+from search import TASKS
+
+from studies import create_study, run_study
+from studies.asha import Rungs
+from studies.pareto import nondominated_mask, normalized_hypervolume, to_minimization
+from studies.stored import trial_attrs
+
+Curve = dict[str, Any]  # {"number", "cost": [params, madds], "values": [acc per epoch]}
+Rule = Callable[[int, int, int, Sequence[str]], Rungs]
+
+#: The rules replayed: the shipped one and any variant ``studies.asha.Rungs`` offers.
+RULES: dict[str, Rule] = {
+    "shipped": lambda grace, eta, epochs, directions: Rungs(grace, eta, epochs, directions),
+    "ranked only": lambda grace, eta, epochs, directions: Rungs(
+        grace, eta, epochs, directions, keep_nondominated=False),
+    "min 4 peers": lambda grace, eta, epochs, directions: Rungs(
+        grace, eta, epochs, directions, min_peers=4),
+    "min 6 peers": lambda grace, eta, epochs, directions: Rungs(
+        grace, eta, epochs, directions, min_peers=6),
+    "no stopping": lambda grace, eta, epochs, directions: Rungs(
+        grace, eta, epochs, directions, min_peers=10**9),
+}
+
+
+def train_curves(task: Task, seed: int, trials: int, tmp: Path) -> list[Curve]:
+    """``trials`` random architectures of ``task`` trained to the full epochs."""
+    spec = task.spec(f"rungs{task.key}{seed}", seed, trials, {"name": "random"},
+                     early_stopping="none")
+    run = create_study(spec, f"sqlite:///{tmp / f'{task.key}{seed}.db'}")
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        run_study(run)
+    out = []
+    for t in sorted(run.study.get_trials(deepcopy=False), key=lambda t: t.number):
+        attrs = trial_attrs(spec.name, t.number, t.user_attrs)
+        if attrs.status != "completed" or attrs.cost is None:
+            continue
+        values = [t.intermediate_values[e] for e in sorted(t.intermediate_values)]
+        if len(values) == task.epochs:
+            out.append({"number": t.number, "values": values,
+                        "cost": [float(attrs.cost["params"]), float(attrs.cost["madds"])]})
+    return out
+
+
+def replay(rungs: Rungs, curves: list[Curve]) -> dict[int, int]:
+    """The epoch each trial stops at under ``rungs`` (its full epochs where it finishes), the
+    trials meeting each rung in the order they were drawn."""
+    reached = {c["number"]: rungs.max_epochs for c in curves}
+    for epoch in rungs.epochs:  # every trial meets rung 1 before any meets rung 2: two at once
+        for c in curves:
+            if reached[c["number"]] < rungs.max_epochs:
+                continue
+            vector = [c["values"][epoch - 1], *c["cost"]]
+            if rungs.should_stop(c["number"], epoch, vector):
+                reached[c["number"]] = epoch
+    return reached
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    rx, ry = np.argsort(np.argsort(x)), np.argsort(np.argsort(y))
+    if len(x) < 3 or np.std(rx) == 0 or np.std(ry) == 0:
+        return float("nan")
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def summarise(task: Task, runs: list[list[Curve]], reference: list[float]) -> None:
+    print(f"\n{task.key}: {task.epochs} epochs, grace {task.grace}, reduction "
+          f"{task.reduction_factor}; {len(runs)} seeds, {[len(r) for r in runs]} trials "
+          "trained to the end")
+    probe = Rungs(task.grace, task.reduction_factor, task.epochs, DIRECTIONS)
+    for epoch in probe.epochs:
+        rho = [spearman([c["values"][epoch - 1] for c in r], [c["values"][-1] for c in r])
+               for r in runs]
+        print(f"  Spearman(accuracy at epoch {epoch}, at epoch {task.epochs}) per seed: "
+              + ", ".join(f"{v:.2f}" for v in rho))
+    print(f"  {'rule':<22}{'stopped per rung':>20}{'front stopped':>15}{'HV kept':>10}"
+          f"{'epochs':>9}")
+    for name, rule in RULES.items():
+        per_rung: dict[int, int] = {}
+        lost = front_size = 0
+        kept, full, epochs, all_epochs = [], [], 0, 0
+        for curves in runs:
+            if not curves:
+                continue
+            rungs = rule(task.grace, task.reduction_factor, task.epochs, DIRECTIONS)
+            reached = replay(rungs, curves)
+            finals = [[c["values"][-1], *c["cost"]] for c in curves]
+            front = nondominated_mask(to_minimization(finals, DIRECTIONS))
+            front_size += int(front.sum())
+            lost += sum(bool(f) and reached[c["number"]] < task.epochs
+                        for f, c in zip(front, curves, strict=True))
+            for c in curves:
+                if reached[c["number"]] < task.epochs:
+                    per_rung[reached[c["number"]]] = per_rung.get(reached[c["number"]], 0) + 1
+            survivors = [v for v, c in zip(finals, curves, strict=True)
+                         if reached[c["number"]] == task.epochs]
+            kept.append(normalized_hypervolume(survivors, DIRECTIONS, reference))
+            full.append(normalized_hypervolume(finals, DIRECTIONS, reference))
+            epochs += sum(reached.values())
+            all_epochs += task.epochs * len(curves)
+        stops = ", ".join(f"{e}: {n}" for e, n in sorted(per_rung.items())) or "none"
+        share = statistics.mean(k / f if f else 1.0 for k, f in zip(kept, full, strict=True))
+        print(f"  {name:<22}{stops:>20}{f'{lost}/{front_size}':>15}{share:>10.2f}"
+              f"{f'{epochs}/{all_epochs}':>9}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--tasks", default="digits,vqa")
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--trials", type=int, default=12)
+    parser.add_argument("--keep", type=Path, default=None, help="write the curves here")
+    parser.add_argument("--replay", type=Path, default=None,
+                        help="replay the curves kept here instead of training")
+    args = parser.parse_args()
+    tasks = [TASKS[t.strip()] for t in args.tasks.split(",") if t.strip()]
+    runs: dict[str, list[list[Curve]]] = {}
+    if args.replay is not None:
+        for task in tasks:
+            files = sorted(args.replay.glob(f"{task.key}-*.json"))
+            runs[task.key] = [json.loads(f.read_text()) for f in files]
+    else:
+        import ray
+
+        here = str(Path(__file__).resolve().parent)
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            [here, *filter(None, [os.environ.get("PYTHONPATH")])])
+        ray.init(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
+                 num_cpus=2)
+        with tempfile.TemporaryDirectory() as tmp_name:
+            tmp = Path(tmp_name)
+            os.environ["NAS_RUNS"] = str(tmp / "nas_runs")
+            for task in tasks:
+                for seed in range(args.seeds):
+                    curves = train_curves(task, seed, args.trials, tmp)
+                    runs.setdefault(task.key, []).append(curves)
+                    if args.keep is not None:
+                        args.keep.mkdir(parents=True, exist_ok=True)
+                        (args.keep / f"{task.key}-{seed}.json").write_text(json.dumps(curves))
+                    print(f"{task.key} seed {seed}: {len(curves)} trials trained", flush=True)
+        ray.shutdown()
+    for task in tasks:
+        summarise(task, runs.get(task.key, []), task.reference())
+
+
+if __name__ == "__main__":
+    main()
