@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from nas.errors import ConfigError, NasError, RunAborted
 from studies._trials import Evaluator, StudyRun
-from studies.record import COUNTED_EXCLUDED, StudyKey, TrialKey
+from studies.record import COUNTED_EXCLUDED, StudyKey
 from studies.spec import StudySpec
 from studies.storage import session
 
@@ -265,6 +265,7 @@ def _rebuild_rungs(run: StudyRun) -> Rungs:
     """ASHA's rung records from the per-epoch table (interrupted trials left no result)."""
     from studies.asha import Rungs
     from studies.storage import read_epochs
+    from studies.stored import parsed_trials  # stored values are data: typed, one line if not
 
     spec = run.spec
     cost_names = [o.name for o in spec.objectives if o.source == "cost"]
@@ -275,8 +276,8 @@ def _rebuild_rungs(run: StudyRun) -> Rungs:
     with session(run.storage.url):
         trials = run.study.get_trials(deepcopy=False)
         rows = read_epochs(run.storage.engine, spec.name)
-    costs = {t.number: [float(t.user_attrs.get(TrialKey.COST, {}).get(n, 0)) for n in cost_names]
-             for t in trials if t.user_attrs.get(TrialKey.STATUS) not in COUNTED_EXCLUDED}
+    costs = {a.number: [float((a.cost or {}).get(n) or 0) for n in cost_names]
+             for a in parsed_trials(spec.name, trials) if a.status not in COUNTED_EXCLUDED}
     for row in rows:
         if row["trial_number"] in costs and row["value"] is not None:
             rungs.record(row["trial_number"], row["epoch"],

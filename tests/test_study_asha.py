@@ -77,3 +77,30 @@ def test_without_keep_nondominated_a_rung_keeps_only_its_best_share() -> None:
     # Each of trials 1 and 2 is on its rung's front but outside its best one (2 // 2, 3 // 2):
     # the front's ends are equally crowded and the earlier trial is ahead.
     assert [ranked.should_stop(n, 1, v) for n, v in arrivals] == [False, True, True, True]
+
+
+def test_rungs_rebuilt_on_resume_read_costs_as_data(tmp_path) -> None:
+    """The rung records a resume rebuilds come from the stored epochs and each trial's stored
+    cost, read through ``studies.stored``: a cost another program wrote as something else is
+    one line naming the study, trial and key, not a traceback."""
+    import study_helpers as h
+
+    from studies import StudySpec, create_study
+    from studies._tune import _rebuild_rungs
+    from studies.record import Status, TrialKey
+    from studies.storage import write_epoch
+    from studies.stored import StoredValueError
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    spec = StudySpec.from_dict(h.study_dict("r", fidelity={"epochs": 4, "early_stopping": "asha"}))
+    run = create_study(spec, url, geometry=h.GEOMETRY)
+    trial = run.study.ask()
+    trial.set_user_attr(TrialKey.STATUS, Status.STOPPED)
+    trial.set_user_attr(TrialKey.COST, {"params": 1200, "madds": 5})
+    write_epoch(run.storage, "r", trial.number, {"epoch": 1, "train_loss": 1.0,
+                                                 "metric": "accuracy", "value": 0.5})
+    params = float(h.load(url, "r")[0].user_attrs[TrialKey.COST]["params"])
+    assert _rebuild_rungs(run).records == {1: {trial.number: (0.5, params)}}
+    trial.set_user_attr(TrialKey.COST, "not a mapping")
+    with pytest.raises(StoredValueError, match=r"trial 0.*nas\.cost"):
+        _rebuild_rungs(run)
