@@ -102,5 +102,5 @@ def test_rungs_rebuilt_on_resume_read_costs_as_data(tmp_path) -> None:
     params = float(h.load(url, "r")[0].user_attrs[TrialKey.COST]["params"])
     assert _rebuild_rungs(run).records == {1: {trial.number: (0.5, params)}}
     trial.set_user_attr(TrialKey.COST, "not a mapping")
-    with pytest.raises(StoredValueError, match=r"trial 0.*nas\.cost"):
+    with pytest.raises(StoredValueError, match=r"`nas\.cost` of study 'r', trial 0 is not valid"):
         _rebuild_rungs(run)
