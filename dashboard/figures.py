@@ -334,10 +334,13 @@ def pareto_2d(data: StudyData, x: str, y: str, front: np.ndarray, *,
 
 def pareto_3d(data: StudyData, front: np.ndarray, *,
               labels: pd.Series | None = None,
-              selected: Collection[int] | None = None, scale: str = "auto") -> go.Figure:
+              selected: Collection[int] | None = None, scale: str = "auto",
+              noise: pd.DataFrame | None = None) -> go.Figure:
     """The trials in 3-D: accuracy (the first objective that is not a cost) x params x MAdds
     (stored costs where they are not objectives); styles as :func:`pareto_2d`, the
-    ``selected`` trials ringed."""
+    ``selected`` trials ringed. ``noise`` as for :func:`pareto_2d`: error bars of ± each
+    trial's accuracy seed std along the accuracy axis (``error_x``), the seeds in the hover
+    text, and the front points within the noise a trace of their own."""
     complete = data.complete()
     if complete.empty:
         return empty("No completed trials yet.")
@@ -357,8 +360,15 @@ def pareto_3d(data: StudyData, front: np.ndarray, *,
                          "zaxis_title": _label(axes[2], directions),
                          "camera": {"eye": {"x": 1.6, "y": 1.6, "z": 1.1}}})
     labels = hover_labels(data) if labels is None else labels
-    for name, df, marker in _scatter_groups(data, front):
+    for name, df, marker in _scatter_groups(data, front, noise):
         px, py, pz = _points(df, axes, directions, complete)
+        hover = labels.loc[df.index]
+        bars: dict[str, Any] = {}
+        if noise is not None and marker.get("symbol") != "x":
+            hover = hover + pd.Series(_noise_texts(df, noise), index=df.index, dtype=str)
+            bar = _error_bars(df, noise)
+            if bar is not None:  # accuracy is the scene's x axis
+                bars["error_x"] = {**bar, "color": marker["color"]}
         opacity = 1.0
         if marker.get("symbol") == "x":  # WebGL 3-D draws it as a glyph fonts may lack
             marker = {**marker, "symbol": "diamond"}
@@ -369,8 +379,8 @@ def pareto_3d(data: StudyData, front: np.ndarray, *,
         fig.add_trace(go.Scatter3d(
             x=px, y=py, z=pz, mode="markers", name=name, opacity=opacity,
             marker={**marker, "size": max(5, int(marker["size"] * 0.8))},
-            customdata=_numbers(df.number), hovertext=_texts(labels.loc[df.index]),
-            hoverinfo="text"))
+            customdata=_numbers(df.number), hovertext=_texts(hover), hoverinfo="text",
+            **bars))
     if selected:
         chosen = complete[complete.number.isin(set(selected))]
         px, py, pz = _points(chosen, axes, directions, complete)

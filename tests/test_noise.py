@@ -20,8 +20,14 @@ from dashboard_helpers import linked_studies
 from optuna.trial import TrialState
 
 from dashboard import create_app
-from dashboard.layout import study_href
-from dashboard.testing import array_values, components, first_render
+from dashboard.layout import PARETO_3D, study_href
+from dashboard.testing import (
+    array_values,
+    callback_body,
+    components,
+    first_render,
+    post_callback,
+)
 from nas.errors import ConfigError
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study, run_study
@@ -235,28 +241,39 @@ def test_one_seed_is_todays_promotion(tmp_path: Path, ray_local: None,
 
 
 # ----------------------------------------------------------------------------- the dashboard
-def test_the_dashboards_front_draws_the_seed_spread(tmp_path: Path) -> None:
-    """A source study with a seeded promotion (as nas promote --seeds 2 links them): the
-    front has error bars of each trial's seed std on accuracy, and the point within the noise
-    is a trace of its own; a study without one draws no error bars."""
-    url = f"sqlite:///{tmp_path / 'noise.db'}"
+# Trial 1 is 0.01 more accurate than the cheaper trial 0 on average, with seed stds of
+# 0.0141 each: within the noise. Trial 2 leads by 0.135: it stands out.
+SEEDS = [[0.80, 0.82], [0.81, 0.83], [0.95, 0.96]]
+
+
+def seeded_promotion(url: str) -> None:
+    """A source study ``src`` (accuracy, params; its MAdds stored as costs) with a seeded
+    promotion of its three trials (``SEEDS``, as nas promote --seeds 2 links them), and a study
+    ``plain`` of the same trials without one."""
     source, promoted = linked_studies(url)
     plain = optuna.create_study(storage=url, study_name="plain",
                                 directions=["maximize", "minimize"])
     plain.set_user_attr(StudyKey.OBJECTIVES, ["accuracy", "params"])
-    # Trial 1 is 0.01 more accurate than the cheaper trial 0 on average, with seed stds of
-    # 0.0141 each: within the noise. Trial 2 leads by 0.135: it stands out.
     proxy = [0.80, 0.82, 0.95]
-    seeds = [[0.80, 0.82], [0.81, 0.83], [0.95, 0.96]]
-    for i, (p, accs) in enumerate(zip(proxy, seeds, strict=True)):
+    for i, (p, accs) in enumerate(zip(proxy, SEEDS, strict=True)):
+        cost = {"params": 1000 * (i + 1), "params_matrix": 1000 * (i + 1),
+                "madds": 50_000 * (3 - i)}
         for s in (source, plain):
-            s.add_trial(optuna.trial.create_trial(values=[p, 1000.0 * (i + 1)]))
+            s.add_trial(optuna.trial.create_trial(values=[p, 1000.0 * (i + 1)],
+                                                  user_attrs={TrialKey.COST: cost}))
         for seed, acc in enumerate(accs):
             promoted.add_trial(optuna.trial.create_trial(
                 values=[acc, 1000.0 * (i + 1)],
                 user_attrs={TrialKey.SOURCE_TRIAL: i, TrialKey.SOURCE_VALUE: p,
                             TrialKey.SEED: seed}))
 
+
+def test_the_dashboards_front_draws_the_seed_spread(tmp_path: Path) -> None:
+    """A source study with a seeded promotion (as nas promote --seeds 2 links them): the
+    front has error bars of each trial's seed std on accuracy, and the point within the noise
+    is a trace of its own; a study without one draws no error bars."""
+    url = f"sqlite:///{tmp_path / 'noise.db'}"
+    seeded_promotion(url)
     app = create_app(url, refresh_seconds=1)
     client = app.server.test_client()
 
@@ -273,9 +290,50 @@ def test_the_dashboards_front_draws_the_seed_spread(tmp_path: Path) -> None:
     assert array_values(stands["y"]) == [0.80, 0.95] and "error_x" not in stands
     assert stands["error_y"]["visible"] is True
     assert array_values(stands["error_y"]["array"]) == pytest.approx(
-        [statistics.stdev(seeds[0]), statistics.stdev(seeds[2])])
+        [statistics.stdev(SEEDS[0]), statistics.stdev(SEEDS[2])])
     assert array_values(noisy["y"]) == [0.82]
-    assert array_values(noisy["error_y"]["array"]) == pytest.approx([statistics.stdev(seeds[1])])
+    assert array_values(noisy["error_y"]["array"]) == pytest.approx([statistics.stdev(SEEDS[1])])
     assert noisy["marker"]["symbol"] == "diamond-open"
     assert "within the noise of trial 0" in str(noisy["hovertext"])
     assert all("error_y" not in t and "error_x" not in t for t in front("plain").values())
+
+
+def test_the_3d_front_draws_the_seed_spread(tmp_path: Path) -> None:
+    """The 3-D front of the same studies (accuracy across, params and the stored MAdds): the
+    trials of the seeded promotion have error bars of their accuracy seed std along the
+    accuracy axis, the seeds in their hover text, and the point within the noise a trace of
+    its own; the study without a promotion draws none."""
+    url = f"sqlite:///{tmp_path / 'noise.db'}"
+    seeded_promotion(url)
+    app = create_app(url, refresh_seconds=1)
+    client = app.server.test_client()
+
+    def front(name: str) -> dict[str, dict[str, Any]]:
+        answer = post_callback(client, callback_body(app, "..view.children", {
+            "views.value": PARETO_3D, "front-drawn.data": "drawn", "effect-knob.value": None,
+            "effect-objective.value": None, "study.data": {"name": name},
+            "effect-controls.style": {}}, changed="views.value"))
+        assert answer.status == 200, answer
+        box = answer.response["response"]["view"]["children"]
+        graph = next(c for c in components(box) if c["type"] == "Graph")
+        traces = graph["props"]["figure"]["data"]
+        assert all(t["type"] == "scatter3d" for t in traces)
+        return {t["name"]: t for t in traces}
+
+    traces = front("src")
+    stands, noisy = traces["Pareto-optimal (2)"], traces[
+        "Pareto-optimal, within the seed noise (1)"]
+    assert array_values(stands["x"]) == [0.80, 0.95]
+    assert array_values(stands["z"]) == [150_000, 50_000]  # the stored MAdds
+    assert stands["error_x"]["visible"] is True
+    assert "error_y" not in stands and "error_z" not in stands
+    assert array_values(stands["error_x"]["array"]) == pytest.approx(
+        [statistics.stdev(SEEDS[0]), statistics.stdev(SEEDS[2])])
+    assert array_values(noisy["x"]) == [0.82]
+    assert array_values(noisy["error_x"]["array"]) == pytest.approx([statistics.stdev(SEEDS[1])])
+    assert noisy["marker"]["symbol"] == "diamond-open"
+    assert "within the noise of trial 0" in str(noisy["hovertext"])
+    assert "stands out from the noise" in str(stands["hovertext"])
+    plain = front("plain")
+    assert "Pareto-optimal (3)" in plain
+    assert all(k not in t for t in plain.values() for k in ("error_x", "error_y", "error_z"))

@@ -18,6 +18,7 @@ from dashboard import figures, layout
 from dashboard._cache import StudyCache
 from dashboard.analysis import StudyView
 from dashboard.pages._common import guarded, hover, line, numbers
+from dashboard.pages.study import promotion_noise
 
 __all__ = ["register"]
 
@@ -74,7 +75,8 @@ def _view_figure(cache: StudyCache, v: StudyView, tab: str, knob: str | None,
     if tab == layout.HYPERVOLUME:
         return figures.hypervolume_history(*v.curve)
     if tab == layout.PARETO_3D:
-        return figures.pareto_3d(data, v.front, labels=hover(v), selected=selected, scale=scale)
+        return figures.pareto_3d(data, v.front, labels=hover(v), selected=selected, scale=scale,
+                                 noise=promotion_noise(cache, v))
     if tab == layout.PARCOORDS:
         return figures.parallel_coordinates(data, selected=selected, ranges=ranges)
     if tab == layout.IMPORTANCE:
