@@ -19,7 +19,7 @@ import dash
 import numpy as np
 
 __all__ = ["CallbackResult", "array_values", "callback_body", "components", "first_render",
-           "open_every_view", "post_callback"]
+           "open_every_view", "post_callback", "view_figure"]
 
 
 def array_values(array: Any) -> list[float]:
@@ -136,3 +136,18 @@ def open_every_view(client: Any, app: dash.Dash, study: str,
         "study.data": {"name": study}, "views.value": tab, "front-drawn.data": "x",
         "effect-knob.value": knob, "effect-objective.value": "accuracy"},
         changed="views.value"))) for tab in tabs]
+
+
+def view_figure(client: Any, app: dash.Dash, study: str, tab: str) -> dict[str, Any]:
+    """The figure of the study page's view ``tab``, as a click on that tab gets it (the effect
+    view without a knob): the Graph's ``figure`` of the answer; an error answer fails."""
+    answer = post_callback(client, callback_body(app, "..view.children", {
+        "views.value": tab, "front-drawn.data": "drawn", "effect-knob.value": None,
+        "effect-objective.value": None, "study.data": {"name": study},
+        "effect-controls.style": {}}, changed="views.value"))
+    if answer.status != 200:
+        raise AssertionError(f"view {tab!r} of {study!r} answered {answer}")
+    box = answer.response["response"]["view"]["children"]
+    graph = next(c for c in components(box) if c["type"] == "Graph")
+    figure: dict[str, Any] = graph["props"]["figure"]
+    return figure

@@ -80,6 +80,7 @@ from dashboard.testing import (
     components,
     first_render,
     post_callback,
+    view_figure,
 )
 from nas.config import ArchConfig
 from nas.errors import NasError
@@ -740,19 +741,6 @@ def _outside_address() -> str | None:
     return None if address.startswith("127.") else address
 
 
-def _view_figure(app: Any, client: Any, name: str, tab: str) -> dict[str, Any]:
-    """The figure the study page shows in view ``tab`` (as the browser asks for it)."""
-    answer = post_callback(client, callback_body(app, "..view.children", {
-        "views.value": tab, "front-drawn.data": "drawn", "effect-knob.value": None,
-        "effect-objective.value": None, "study.data": {"name": name},
-        "effect-controls.style": {}}, changed="views.value"))
-    assert answer.status == 200, answer
-    box = answer.response["response"]["view"]["children"]
-    graph = next(c for c in components(box) if c["type"] == "Graph")
-    figure: dict[str, Any] = graph["props"]["figure"]
-    return figure
-
-
 def test_promotion_view_pairs_proxy_and_promoted_accuracy(tmp_path: Path) -> None:
     """A source study and its promoted study (as nas promote links them): both pages show the
     promoted trials' proxy against promoted accuracy, the diagonal and Kendall's tau."""
@@ -770,7 +758,7 @@ def test_promotion_view_pairs_proxy_and_promoted_accuracy(tmp_path: Path) -> Non
     for name in ("src", "src-promoted"):
         page = first_render(client, app, study_href(name))[0]
         assert "Proxy vs promoted" in json.dumps(page.response)
-        fig = _view_figure(app, client, name, "promotion")
+        fig = view_figure(client, app, name, "promotion")
         diagonal, points = fig["data"]
         assert _length(diagonal["x"]) == 2 and diagonal["x"] == diagonal["y"]
         assert array_values(points["x"]) == proxy and array_values(points["y"]) == after

@@ -23,10 +23,9 @@ from dashboard import create_app
 from dashboard.layout import PARETO_3D, study_href
 from dashboard.testing import (
     array_values,
-    callback_body,
     components,
     first_render,
-    post_callback,
+    view_figure,
 )
 from nas.errors import ConfigError
 from nas_cli.main import main as nas_main
@@ -309,14 +308,7 @@ def test_the_3d_front_draws_the_seed_spread(tmp_path: Path) -> None:
     client = app.server.test_client()
 
     def front(name: str) -> dict[str, dict[str, Any]]:
-        answer = post_callback(client, callback_body(app, "..view.children", {
-            "views.value": PARETO_3D, "front-drawn.data": "drawn", "effect-knob.value": None,
-            "effect-objective.value": None, "study.data": {"name": name},
-            "effect-controls.style": {}}, changed="views.value"))
-        assert answer.status == 200, answer
-        box = answer.response["response"]["view"]["children"]
-        graph = next(c for c in components(box) if c["type"] == "Graph")
-        traces = graph["props"]["figure"]["data"]
+        traces = view_figure(client, app, name, PARETO_3D)["data"]
         assert all(t["type"] == "scatter3d" for t in traces)
         return {t["name"]: t for t in traces}
 
