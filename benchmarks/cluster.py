@@ -35,7 +35,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -58,20 +57,11 @@ NODE_PORTS = ("--node-manager-port", "--object-manager-port", "--metrics-export-
               "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
               "--runtime-env-agent-port")
 GIB = 2**30
+sys.path.insert(0, str(ROOT / "tests"))  # the tests' PostgreSQL and free-port helpers
+from ports import free_ports  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- processes
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct ports nothing listens on now (the kernel's choice)."""
-    with ExitStack() as stack:
-        ports = []
-        for _ in range(n):
-            s = stack.enter_context(socket.socket())
-            s.bind(("127.0.0.1", 0))
-            ports.append(int(s.getsockname()[1]))
-        return ports
-
-
 def end_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM,
               grace: float = 15.0) -> None:
     """End the process group we started ``proc`` in (its own session): ``sig``, up to
@@ -116,7 +106,6 @@ def env(**extra: str) -> dict[str, str]:
 
 # ----------------------------------------------------------------------------- PostgreSQL
 def _postgres_bin() -> Path:
-    sys.path.insert(0, str(ROOT / "tests"))
     from postgres_fixture import find_postgres_bin
 
     found = find_postgres_bin()

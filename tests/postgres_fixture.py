@@ -18,13 +18,13 @@ import os
 import pwd
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 __all__ = ["find_postgres_bin", "postgres_server", "postgres_url"]
 
@@ -46,10 +46,7 @@ def find_postgres_bin() -> Path | None:
     return None
 
 
-def _free_port() -> int:
-    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+
 
 
 @contextlib.contextmanager
@@ -84,7 +81,7 @@ def postgres_server(database: str = "nas") -> Iterator[str]:
         if done.returncode != 0:
             pytest.fail(f"initdb failed: {done.stderr.strip()[-500:]}")
         for _attempt in range(3):  # another process may take the free port in between
-            port = _free_port()
+            port = free_port()
             options = (f"-c listen_addresses=127.0.0.1 -p {port} -k {root} -c fsync=off "
                        "-c full_page_writes=off -c synchronous_commit=off")
             done = run(str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", options,

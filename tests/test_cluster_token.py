@@ -15,14 +15,12 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from typing import Any
 import pytest
 import study_helpers as h
 from optuna.trial import TrialState
+from ports import free_ports
 
 from studies import counted_trials
 
@@ -60,15 +59,6 @@ def held(arch: dict[str, Any], settings: dict[str, Any], task: str,
     return h.instant(arch, settings, task, task_options, latency=latency, report=report)
 
 
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct ports nothing listens on now (the kernel's choice)."""
-    with ExitStack() as stack:
-        ports = []
-        for _ in range(n):
-            s = stack.enter_context(socket.socket())
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-        return ports
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
@@ -156,7 +146,7 @@ def token_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TokenClu
     (root / "held").mkdir()
     node_env = _env(home, NAS_HELD_DIR=str(root / "held"), **token_env)
     groups: list[int] = []
-    ports = iter(_free_ports(2 + 2 * (len(NODE_PORTS) + WORKER_PORTS)))
+    ports = iter(free_ports(2 + 2 * (len(NODE_PORTS) + WORKER_PORTS)))
 
     def node_args(temp: str) -> list[str]:
         args = ["--temp-dir", str(root / temp), "--num-cpus", "1"]

@@ -26,6 +26,7 @@ import pytest
 import sqlalchemy as sa
 import study_helpers as h
 from optuna.trial import TrialState
+from ports import free_port
 
 from nas_cli.main import main as nas_main
 from studies import StudySpec, counted_trials, create_study, load_existing, run_study
@@ -222,10 +223,7 @@ def test_a_second_process_on_a_live_study_is_refused_and_the_budget_holds(tmp_pa
 
 
 # ----------------------------------------------------------------------------- a real cluster
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+
 
 
 @pytest.mark.slow
@@ -236,7 +234,7 @@ def test_nas_run_on_a_cluster_started_with_ray_start(tmp_path) -> None:
     ray_bin = Path(os.environ.get("VIRTUAL_ENV", Path(h.NAS[0]).parent.parent)) / "bin" / "ray"
     if not ray_bin.exists():
         ray_bin = Path(h.NAS[0]).parent / "ray"
-    port = _free_port()
+    port = free_port()
     temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # Ray's socket paths must stay short
     env = h.subprocess_env(NAS_FAKE_SLEEP="0.1")
     log = tmp_path / "head.log"
