@@ -286,15 +286,23 @@ def test_the_dashboards_front_draws_the_seed_spread(tmp_path: Path) -> None:
     stands, noisy = traces["Pareto-optimal (2)"], traces[
         "Pareto-optimal, within the seed noise (1)"]
     # The page opens on params across, accuracy up (layout.front_axes).
-    assert array_values(stands["y"]) == [0.80, 0.95] and "error_x" not in stands
-    assert stands["error_y"]["visible"] is True
-    assert array_values(stands["error_y"]["array"]) == pytest.approx(
+    _assert_spread_on(stands, noisy, "y")
+    assert "error_x" not in stands
+    assert all("error_y" not in t and "error_x" not in t for t in front("plain").values())
+
+
+def _assert_spread_on(stands: dict[str, Any], noisy: dict[str, Any], axis: str) -> None:
+    """The seeded promotion's front traces: accuracy along ``axis`` with error bars of each
+    trial's seed std, the point within the noise an open diamond naming its neighbour."""
+    assert array_values(stands[axis]) == [0.80, 0.95]
+    assert stands[f"error_{axis}"]["visible"] is True
+    assert array_values(stands[f"error_{axis}"]["array"]) == pytest.approx(
         [statistics.stdev(SEEDS[0]), statistics.stdev(SEEDS[2])])
-    assert array_values(noisy["y"]) == [0.82]
-    assert array_values(noisy["error_y"]["array"]) == pytest.approx([statistics.stdev(SEEDS[1])])
+    assert array_values(noisy[axis]) == [0.82]
+    assert array_values(noisy[f"error_{axis}"]["array"]) == pytest.approx(
+        [statistics.stdev(SEEDS[1])])
     assert noisy["marker"]["symbol"] == "diamond-open"
     assert "within the noise of trial 0" in str(noisy["hovertext"])
-    assert all("error_y" not in t and "error_x" not in t for t in front("plain").values())
 
 
 def test_the_3d_front_draws_the_seed_spread(tmp_path: Path) -> None:
@@ -315,16 +323,9 @@ def test_the_3d_front_draws_the_seed_spread(tmp_path: Path) -> None:
     traces = front("src")
     stands, noisy = traces["Pareto-optimal (2)"], traces[
         "Pareto-optimal, within the seed noise (1)"]
-    assert array_values(stands["x"]) == [0.80, 0.95]
+    _assert_spread_on(stands, noisy, "x")
     assert array_values(stands["z"]) == [150_000, 50_000]  # the stored MAdds
-    assert stands["error_x"]["visible"] is True
     assert "error_y" not in stands and "error_z" not in stands
-    assert array_values(stands["error_x"]["array"]) == pytest.approx(
-        [statistics.stdev(SEEDS[0]), statistics.stdev(SEEDS[2])])
-    assert array_values(noisy["x"]) == [0.82]
-    assert array_values(noisy["error_x"]["array"]) == pytest.approx([statistics.stdev(SEEDS[1])])
-    assert noisy["marker"]["symbol"] == "diamond-open"
-    assert "within the noise of trial 0" in str(noisy["hovertext"])
     assert "stands out from the noise" in str(stands["hovertext"])
     plain = front("plain")
     assert "Pareto-optimal (3)" in plain
