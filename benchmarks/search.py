@@ -37,7 +37,7 @@ epochs (a) needed to reach that arm's median final hypervolume with the ratio to
 epochs; and the issue's targets for (a) and each ``a:NAME``.
 
 Time: the default (5 seeds, 12 trials, arms a-e, both tasks: 50 arm-runs) took 28 min 21 s
-on a nearly idle two-core machine (2026-11-26; digits 12 min, VQA 16 min), as estimated
+on a nearly idle two-core machine (2026-11-26; digits 15 min, VQA 13 min), as estimated
 before it ran: one epoch of either task costs
 1.0-1.5 s of CPU (``evaluate_trial`` for one epoch, model build and evaluation included, one
 torch thread; measured 2026-11-25), an arm-run trains 23-37 epochs (29 on average in the runs
