@@ -59,23 +59,18 @@ class Progress:
         event after it, or for :meth:`close` (the last one, the budget reached, at once)."""
         if not self.enabled or (tick and (not self.tty or time.monotonic() - self.last_time < 1)):
             return
+        if counted < self.budget and time.monotonic() - self.last_time < 1:
+            self.pending = (counted, running, rejected, values)  # shown by the next or close
+            return
+        self.pending = None
+        line = self.line(counted, running, rejected, values)
         if not self.tty:
-            if counted < self.budget and time.monotonic() - self.last_time < 1:
-                self.pending = (counted, running, rejected, values)
-                return
-            self.pending = None
-            line = self.line(counted, running, rejected, values)
             key = line.split(" | elapsed")[0]
             if key == self.last:
                 return
             self.last, self.last_time = key, time.monotonic()
             print(line, file=self.stream, flush=True)
             return
-        if time.monotonic() - self.last_time < 1 and counted < self.budget:
-            self.pending = (counted, running, rejected, values)
-            return
-        self.pending = None
-        line = self.line(counted, running, rejected, values)
         self.last_time = time.monotonic()
         print("\r\x1b[2K" + line, end="", file=self.stream, flush=True)
 
