@@ -13,6 +13,8 @@ published 4.5G and LW-Swin's 3.3G / 2.6G are ``madds + madds_norms``).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -22,12 +24,14 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from nas.config import ArchConfig
 from nas.layers.grouped import GroupLinear
+from nas.memory import MemoryProfile, profile_memory
 from nas.models import FamilyModel, create_model, resolve_task
 from nas.tasks import TaskGeometry
 
 __all__ = [
     "Cost",
     "PartCost",
+    "cost_and_memory",
     "count_params",
     "estimate_cost",
     "model_cost",
@@ -106,22 +110,26 @@ if hasattr(torch.ops.aten, "mkldnn_rnn_layer"):
     _EXTRA_FLOPS[torch.ops.aten.mkldnn_rnn_layer] = _mkldnn_rnn_flops
 
 
-def trace_madds(model: FamilyModel, inputs: dict[str, torch.Tensor],
-                norms: list[int] | None = None) -> dict[str, int]:
-    """Multiply-adds per part of one forward pass on ``inputs`` (any device, ``meta`` too).
+def _counter() -> FlopCounterMode:
+    return FlopCounterMode(display=False, custom_mapping=_EXTRA_FLOPS)
 
-    ``norms``, when given, receives the number of elements each LayerNorm normalised."""
-    root = type(model).__name__
-    counter = FlopCounterMode(display=False, custom_mapping=_EXTRA_FLOPS)
+
+@contextlib.contextmanager
+def _counting_norms(model: FamilyModel, norms: list[int] | None) -> Iterator[None]:
+    """While open, ``norms`` (when given) receives the elements each LayerNorm normalises."""
     hooks = [] if norms is None else [
         m.register_forward_hook(lambda _m, args, _out: norms.append(args[0].numel()))
         for m in model.modules() if isinstance(m, nn.LayerNorm)]
     try:
-        with torch.no_grad(), counter:
-            model(**inputs)
+        yield
     finally:
         for hook in hooks:
             hook.remove()
+
+
+def _madds_by_part(model: FamilyModel, counter: FlopCounterMode) -> dict[str, int]:
+    """The multiply-adds ``counter`` counted, split by ``model.PARTS``."""
+    root = type(model).__name__
     counts = counter.get_flop_counts()
     out = dict.fromkeys(model.PARTS, 0)
     for part, prefixes in model.PARTS.items():
@@ -136,16 +144,20 @@ def trace_madds(model: FamilyModel, inputs: dict[str, torch.Tensor],
     return out
 
 
-def model_cost(
-    model: FamilyModel, config: ArchConfig, task: TaskGeometry, batch: int = 1
-) -> Cost:
-    """The cost of an already built ``model`` (MAdds per sample)."""
-    params = count_params(model)
-    was_training = model.training
-    model.eval()
-    norms: list[int] = []
-    madds = trace_madds(model, model.example_inputs(batch), norms)
-    model.train(was_training)
+def trace_madds(model: FamilyModel, inputs: dict[str, torch.Tensor],
+                norms: list[int] | None = None) -> dict[str, int]:
+    """Multiply-adds per part of one forward pass on ``inputs`` (any device, ``meta`` too).
+
+    ``norms``, when given, receives the number of elements each LayerNorm normalised."""
+    counter = _counter()
+    with _counting_norms(model, norms), torch.no_grad(), counter:
+        model(**inputs)
+    return _madds_by_part(model, counter)
+
+
+def _cost(model: FamilyModel, config: ArchConfig, task: TaskGeometry,
+          params: dict[str, tuple[int, int]], madds: dict[str, int], norms: list[int],
+          batch: int) -> Cost:
     parts = {
         part: PartCost(params[part][0], params[part][1], madds[part] // batch)
         for part in model.PARTS
@@ -162,8 +174,37 @@ def model_cost(
     )
 
 
+def model_cost(
+    model: FamilyModel, config: ArchConfig, task: TaskGeometry, batch: int = 1
+) -> Cost:
+    """The cost of an already built ``model`` (MAdds per sample)."""
+    params = count_params(model)
+    was_training = model.training
+    model.eval()
+    norms: list[int] = []
+    madds = trace_madds(model, model.example_inputs(batch), norms)
+    model.train(was_training)
+    return _cost(model, config, task, params, madds, norms, batch)
+
+
 def estimate_cost(config: ArchConfig, task: TaskGeometry | str | None = None) -> Cost:
     """Cost of ``config`` on ``task``, computed on the meta device (no weights allocated)."""
     geometry = resolve_task(config, task)
     model = create_model(config, geometry, device="meta")
     return model_cost(model, config, geometry)
+
+
+def cost_and_memory(config: ArchConfig,
+                    task: TaskGeometry | str | None = None) -> tuple[Cost, MemoryProfile]:
+    """:func:`estimate_cost` and ``nas.memory.memory_profile`` of ``config`` from one build and
+    one traced pass on the meta device: the training-mode pass the memory rule needs, counted
+    by the same flop counter (no family's forward computes differently in training mode;
+    ``tests/test_cost_memory.py`` checks both figures against the separate passes)."""
+    geometry = resolve_task(config, task)
+    model = create_model(config, geometry, device="meta")
+    params = count_params(model)
+    counter, norms = _counter(), list[int]()
+    with _counting_norms(model, norms):
+        profile = profile_memory(model, model.example_inputs(1), also=counter)
+    return _cost(model, config, geometry, params, _madds_by_part(model, counter), norms,
+                 1), profile

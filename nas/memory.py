@@ -23,11 +23,13 @@ pass on ``meta`` only propagates shapes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -39,10 +41,13 @@ from nas.tasks import TaskGeometry
 __all__ = [
     "ADAM_BYTES_PER_PARAM",
     "MemoryEstimate",
+    "MemoryProfile",
     "available_memory",
     "check_training_memory",
     "estimate_training_memory",
     "format_bytes",
+    "memory_profile",
+    "profile_memory",
     "training_memory",
 ]
 
@@ -92,6 +97,67 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+@dataclass(frozen=True)
+class MemoryProfile:
+    """What one training-mode forward pass over one sample on ``meta`` shows: the per-sample
+    figures the module's rule scales by batch size (:meth:`estimate`), so one pass serves every
+    batch size."""
+
+    params: int
+    buffer_bytes: int
+    input_bytes: int  # one sample's inputs
+    saved_bytes: int  # what autograd keeps for the backward pass, one sample
+    largest_bytes: int  # the largest tensor one operator allocates, one sample
+
+    def estimate(self, batch_size: int, *, eval_batch_size: int | None = None) -> MemoryEstimate:
+        """The estimate at ``batch_size`` (``eval_batch_size``, default ``batch_size``, for the
+        validation passes)."""
+        evals = batch_size if eval_batch_size is None else eval_batch_size
+        return MemoryEstimate(
+            params=self.params,
+            parameter_bytes=self.params * ADAM_BYTES_PER_PARAM,
+            buffer_bytes=self.buffer_bytes,
+            input_bytes=self.input_bytes * max(batch_size, evals),
+            train_activation_bytes=self.saved_bytes * _BACKWARD_FACTOR * batch_size,
+            eval_activation_bytes=self.largest_bytes * _EVAL_LIVE_TENSORS * evals,
+        )
+
+
+def profile_memory(model: nn.Module, inputs: dict[str, torch.Tensor], *,
+                   also: contextlib.AbstractContextManager[Any] | None = None) -> MemoryProfile:
+    """Run ``model`` (train mode, gradients on) once on ``inputs`` (one sample, ``meta``
+    tensors) and record what the rule needs. ``also`` is entered around the same pass (the
+    cost model's flop counter: one pass gives both, ``nas.cost.cost_and_memory``)."""
+    parameters = {id(p) for p in model.parameters()}
+    saved: dict[int, torch.Tensor] = {}  # keeps each tensor alive, so ids stay unique
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        base = t if t._base is None else t._base
+        if id(base) not in parameters:
+            saved[id(base)] = base
+        return t
+
+    model.train()
+    largest = _LargestAllocation()
+    with (torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, _unpack),
+          also if also is not None else contextlib.nullcontext(), largest):
+        model(**inputs)
+    return MemoryProfile(
+        params=sum(p.numel() for p in model.parameters() if p.requires_grad),
+        buffer_bytes=sum(_nbytes(b) for b in model.buffers()),
+        input_bytes=sum(_nbytes(t) for t in inputs.values()),
+        saved_bytes=sum(_nbytes(t) for t in saved.values()),
+        largest_bytes=largest.largest,
+    )
+
+
+def memory_profile(config: ArchConfig, geometry: TaskGeometry | str | None) -> MemoryProfile:
+    """:func:`profile_memory` of ``config`` built on the ``meta`` device."""
+    task = resolve_task(config, geometry)
+    model = create_model(config, task, device="meta")
+    return profile_memory(model, model.example_inputs(1))
+
+
 def training_memory(
     config: ArchConfig,
     geometry: TaskGeometry | str | None,
@@ -103,33 +169,7 @@ def training_memory(
 
     ``eval_batch_size`` (default: ``batch_size``) is the batch of the validation passes.
     """
-    task = resolve_task(config, geometry)
-    model = create_model(config, task, device="meta")
-    model.train()
-    inputs = model.example_inputs(1)
-    parameters = {id(p) for p in model.parameters()}
-    saved: dict[int, torch.Tensor] = {}  # keeps each tensor alive, so ids stay unique
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        base = t if t._base is None else t._base
-        if id(base) not in parameters:
-            saved[id(base)] = base
-        return t
-
-    largest = _LargestAllocation()
-    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, _unpack), largest:
-        model(**inputs)
-    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    evals = batch_size if eval_batch_size is None else eval_batch_size
-    return MemoryEstimate(
-        params=params,
-        parameter_bytes=params * ADAM_BYTES_PER_PARAM,
-        buffer_bytes=sum(_nbytes(b) for b in model.buffers()),
-        input_bytes=sum(_nbytes(t) for t in inputs.values()) * max(batch_size, evals),
-        train_activation_bytes=sum(_nbytes(t) for t in saved.values()) * _BACKWARD_FACTOR
-        * batch_size,
-        eval_activation_bytes=largest.largest * _EVAL_LIVE_TENSORS * evals,
-    )
+    return memory_profile(config, geometry).estimate(batch_size, eval_batch_size=eval_batch_size)
 
 
 def _unpack(t: torch.Tensor) -> torch.Tensor:

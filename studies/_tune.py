@@ -179,7 +179,7 @@ def fit(run: StudyRun, evaluator: Evaluator | None, pool: int, deadline: float,
                                     threads=max(1, int(spec.resources.cpu)),
                                     gpu=spec.resources.gpu)
     resources, pool = trial_resources(run, evaluator, pool)
-    searcher.memory = resources.estimate  # once per architecture, sent with the trial
+    searcher.resources = resources  # the memory estimate: from costing, sent with the trial
     storage_path = tune_storage_path(spec)
     name = "tune-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
     with session(run.storage.url):

@@ -30,6 +30,7 @@ from studies.spec import Resources
 if TYPE_CHECKING:
     from ray.tune import PlacementGroupFactory
 
+    from nas.memory import MemoryProfile
     from nas.tasks import TaskGeometry
 
 __all__ = ["MEMORY_STEP", "RESOURCE_SCALING", "TRAINING_WORKER_BASELINE_BYTES",
@@ -182,39 +183,51 @@ class TrialResources:
     baseline: int
     geometry: TaskGeometry
     cap: float
-    _known: dict[str, int] = field(default_factory=dict, repr=False)
+    _known: dict[str, MemoryProfile | None] = field(default_factory=dict, repr=False)
 
     def estimate(self, config: Mapping[str, Any]) -> int:
         """The meta-device estimate for the trial ``config`` (0 when it has no architecture
         or the estimate cannot be made: the baseline then stands alone). A config that carries
-        it (``memory_estimate``: the searcher computed it once for the architecture, see
-        ``StudySearcher.memory``) is not estimated again (Tune calls this on its own copy of
-        this object, whose cache starts empty)."""
+        it (``memory_estimate``: the searcher computed it from the profile costing the
+        architecture gave, :meth:`from_profile`) is not estimated again (Tune calls this on
+        its own copy of this object, whose cache starts empty)."""
         known = config.get("memory_estimate")
         if isinstance(known, int) and not isinstance(known, bool) and known >= 0:
             return known
-        arch, settings = config.get("arch"), config.get("settings") or {}
+        arch = config.get("arch")
         if self.resources.gpu > 0 or not isinstance(arch, Mapping):
             return 0
         from nas.config import ArchConfig
+
+        try:
+            arch_config = ArchConfig.from_dict(dict(arch))
+        except (ConfigError, TypeError, ValueError):
+            return 0
+        key = arch_config.arch_id
+        if key not in self._known:
+            from nas.memory import memory_profile
+
+            try:
+                self._known[key] = memory_profile(arch_config, self.geometry)
+            except (ConfigError, RuntimeError, TypeError, ValueError):
+                self._known[key] = None
+        profile = self._known[key]
+        return 0 if profile is None else self.from_profile(profile, config.get("settings") or {})
+
+    def from_profile(self, profile: MemoryProfile, settings: Mapping[str, Any]) -> int:
+        """The estimate for a trial training with ``settings`` (its batch sizes; the trainer's
+        defaults where it leaves them out), from its architecture's ``profile``
+        (``nas.memory.MemoryProfile``); 0 for a trial with a GPU (see the class)."""
+        if self.resources.gpu > 0:
+            return 0
         from trainers import TrainConfig  # its defaults: a setting the trial leaves out
 
         batch = settings.get("batch_size", TrainConfig.batch_size)
         evals = settings.get("eval_batch_size", TrainConfig.eval_batch_size)
         try:
-            arch_config = ArchConfig.from_dict(dict(arch))
-        except (ConfigError, TypeError, ValueError):
+            return profile.estimate(int(batch), eval_batch_size=int(evals)).total
+        except (TypeError, ValueError):
             return 0
-        key = f"{arch_config.arch_id}/{batch}/{evals}"
-        if key not in self._known:
-            from nas.memory import estimate_training_memory
-
-            try:
-                self._known[key] = estimate_training_memory(
-                    arch_config, self.geometry, int(batch), eval_batch_size=int(evals))
-            except (ConfigError, RuntimeError, TypeError, ValueError):
-                self._known[key] = 0
-        return self._known[key]
 
     def memory(self, config: Mapping[str, Any]) -> float:
         """Bytes of Ray's ``memory`` resource the trial ``config`` asks for."""

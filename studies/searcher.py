@@ -48,6 +48,8 @@ from studies.storage import StorageError, retrying, session
 
 if TYPE_CHECKING:  # the cost model (torch) is imported when the first trial is costed
     from nas.cost import Cost
+    from nas.memory import MemoryProfile
+    from studies.cluster import TrialResources
 
 __all__ = ["FaultStopper", "StudyCallback", "StudySearcher"]
 
@@ -74,10 +76,12 @@ def _guarded(method: _F) -> _F:
 MAX_INFRASTRUCTURE_RERUNS = 2
 
 
-def _estimate_cost(config: Any, geometry: TaskGeometry) -> Cost:
-    from nas.cost import estimate_cost
+def _estimate_cost(config: Any, geometry: TaskGeometry) -> tuple[Cost, MemoryProfile]:
+    """The cost and the training-memory profile of ``config``: one build and one traced pass
+    on the meta device (``nas.cost.cost_and_memory``)."""
+    from nas.cost import cost_and_memory
 
-    return estimate_cost(config, geometry)
+    return cost_and_memory(config, geometry)
 
 
 def _result_key(arch_id: str, settings: dict[str, Any]) -> str:
@@ -92,6 +96,7 @@ class _Candidate:
     trial: optuna.trial.Trial
     attrs: dict[str, Any]  # arch, arch_id, cost, train
     key: str
+    profile: MemoryProfile | None = None  # its training-memory profile (Ray's request)
     epochs_reached: int = 0
     stored: bool = False  # its attrs written (a twin kept waiting); else written at launch
 
@@ -148,7 +153,7 @@ class StudySearcher(Searcher):
         self.settings_base = base_settings(spec)
         self.latency = ("latency_ms" in spec.objective_names
                         or "latency_ms_max" in spec.constraints)
-        self.costs: dict[str, Cost] = {}
+        self.costs: dict[str, tuple[Cost, MemoryProfile]] = {}  # by arch_id
         self.live: dict[str, _Candidate] = {}  # Tune trial id -> the trial it trains
         self.errored: dict[str, _Candidate] = {}  # failed in Tune, waiting for the error text
         self.stopped_at: dict[str, int] = {}  # Tune trial id -> the epoch the scheduler stopped
@@ -156,10 +161,10 @@ class StudySearcher(Searcher):
         self.unclosed = 0  # trials this run could not close (the database was down)
         self.max_live = math.inf  # lowered by each infrastructure fault (never below 1)
         self.infrastructure: dict[str, int] = {}  # result key -> infrastructure faults
-        #: The memory a trial config asks Ray for beyond the baseline
-        #: (``studies.cluster.TrialResources.estimate``, cached per architecture): computed
-        #: here once and sent in the config as ``memory_estimate``; None: not sent.
-        self.memory: Callable[[dict[str, Any]], int] | None = None
+        #: What a trial asks Ray for: the memory beyond the baseline is computed here from the
+        #: profile costing gave (``TrialResources.from_profile``) and sent in the config as
+        #: ``memory_estimate``; None: not sent.
+        self.resources: TrialResources | None = None
 
     @property
     def halted(self) -> str:
@@ -322,11 +327,12 @@ class StudySearcher(Searcher):
                 self._reject(trial, str(exc), {})
                 return None
         try:
-            cost = self.costs.get(config.arch_id) or _estimate_cost(config, self.geometry)
+            known = self.costs.get(config.arch_id) or _estimate_cost(config, self.geometry)
         except NasError as exc:  # a space that lets an invalid config through: record, go on
             self._reject(trial, str(exc), {})
             return None
-        self.costs[config.arch_id] = cost
+        self.costs[config.arch_id] = known
+        cost, profile = known
         settings = {**self.settings_base, **train_overrides}
         attrs = {TrialKey.ARCH: config.to_dict(), TrialKey.ARCH_ID: config.arch_id,
                  TrialKey.COST: cost_dict(cost), TrialKey.TRAIN: settings}
@@ -335,7 +341,7 @@ class StudySearcher(Searcher):
             self._reject(trial, reason, attrs)
             return None
         self.pace.accepted()
-        candidate = _Candidate(trial, attrs, _result_key(config.arch_id, settings))
+        candidate = _Candidate(trial, attrs, _result_key(config.arch_id, settings), profile)
         if candidate.key in self.known:
             self._reuse(candidate)
             return None
@@ -357,8 +363,9 @@ class StudySearcher(Searcher):
             "checkpoint_dir": spec.checkpoint_dir(number),
             "cost_vector": [float(cost[o.name]) for o in spec.objectives if o.source == "cost"],
         }
-        if self.memory is not None:
-            config["memory_estimate"] = self.memory(config)
+        if self.resources is not None and candidate.profile is not None:
+            config["memory_estimate"] = self.resources.from_profile(candidate.profile,
+                                                                    config["settings"])
         return config
 
     def _finished_or_wait(self) -> Any:

@@ -91,32 +91,44 @@ def test_without_the_private_steps_the_same_record_is_written(
 
 def test_the_memory_estimate_sent_with_a_trial_is_not_computed_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The searcher estimates a trial's memory once per architecture (its TrialResources'
-    cache) and sends it as ``memory_estimate``; Tune's copy of the TrialResources asks for
-    the same memory without building the architecture again."""
+    """The searcher estimates a trial's memory from the profile costing its architecture gave
+    (``cost_and_memory``: one pass) and sends it as ``memory_estimate``; Tune's copy of the
+    TrialResources asks for the same memory without building the architecture again. Without
+    a sent estimate, TrialResources profiles an architecture once (its cache) and gives the
+    same figure as ``nas.memory.estimate_training_memory``."""
     import copy
 
     import nas.memory
     from nas.config import ArchConfig
+    from nas.cost import cost_and_memory
     from studies.cluster import TRAINING_WORKER_BASELINE_BYTES, TrialResources
     from studies.spec import Resources
 
-    arch = ArchConfig.from_dict({**h.SMALL_SPACE["base"], "groups": 1}).to_dict()
-    config = {"arch": arch, "settings": {"batch_size": 32, "eval_batch_size": 64}}
+    arch_config = ArchConfig.from_dict({**h.SMALL_SPACE["base"], "groups": 1})
+    settings = {"batch_size": 32, "eval_batch_size": 64}
+    config = {"arch": arch_config.to_dict(), "settings": settings}
     resources = TrialResources(Resources(cpu=1), TRAINING_WORKER_BASELINE_BYTES, h.GEOMETRY,
                                64 * 2**30)
     tunes_copy = copy.deepcopy(resources)
+    expected = nas.memory.estimate_training_memory(arch_config, h.GEOMETRY, 32,
+                                                   eval_batch_size=64)
+    _, profile = cost_and_memory(arch_config, h.GEOMETRY)
+    sent_estimate = resources.from_profile(profile, settings)
+    assert sent_estimate == expected > 0
     builds = {"n": 0}
-    real = nas.memory.estimate_training_memory
+    real = nas.memory.memory_profile
 
-    def counted(*args: object, **kwargs: object) -> int:
+    def counted(*args: object, **kwargs: object) -> nas.memory.MemoryProfile:
         builds["n"] += 1
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(nas.memory, "estimate_training_memory", counted)
-    estimate = resources.estimate(config)
-    assert estimate > 0 and resources.estimate(dict(config)) == estimate
-    assert builds["n"] == 1
-    sent = {**config, "memory_estimate": estimate}
-    assert tunes_copy.memory(sent) == resources.memory(config)
-    assert builds["n"] == 1
+    monkeypatch.setattr(nas.memory, "memory_profile", counted)
+    sent = {**config, "memory_estimate": sent_estimate}
+    assert tunes_copy.memory(sent) == resources.memory(sent) == resources.memory(config)
+    assert builds["n"] == 1  # resources.memory(config): profiled once, for the check above
+    assert resources.estimate(dict(config)) == expected
+    assert resources.estimate({**config, "settings": {"batch_size": 64}}) > expected
+    assert builds["n"] == 1  # one profile per architecture serves every batch size
+    gpu = TrialResources(Resources(cpu=1, gpu=0.5), TRAINING_WORKER_BASELINE_BYTES,
+                         h.GEOMETRY, 64 * 2**30)
+    assert gpu.from_profile(profile, settings) == 0 == gpu.estimate(config)

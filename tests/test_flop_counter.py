@@ -36,7 +36,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from nas.config import ArchConfig
-from nas.cost import estimate_cost
+from nas.cost import cost_and_memory, estimate_cost
+from nas.memory import memory_profile
 from nas.models import create_model, resolve_task
 from nas.presets import PRESETS, get_preset
 from nas.radix import UNK, RadixTokenizer, WordTokenizer
@@ -195,3 +196,25 @@ def test_counter_sees_the_radix_digits_of_the_word_vocabulary() -> None:
         config = get_preset("acort-small").replace(radix_base=base, encoder_layers=1,
                                                    decoder_layers=1, layer_sharing=None)
         _check(config, task)
+
+
+# ----------------------------------------------------------------------------- one pass
+def _one_pass_equals_two(config: ArchConfig, task: TaskGeometry | None = None) -> None:
+    """``cost_and_memory``'s training-mode pass gives the cost of the eval-mode pass
+    (``estimate_cost``) and the memory profile of its own pass (``memory_profile``)."""
+    cost, profile = cost_and_memory(config, task)
+    assert cost == estimate_cost(config, task), config.to_dict()
+    assert profile == memory_profile(config, task), config.to_dict()
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_one_pass_gives_the_cost_and_the_memory_profile_of_every_preset(name: str) -> None:
+    _one_pass_equals_two(get_preset(name))
+
+
+@pytest.mark.parametrize("family", _FAMILIES)
+def test_one_pass_gives_the_cost_and_the_memory_profile_of_random_architectures(
+        family: str, flop_seed: int) -> None:
+    for index in range(CASES_PER_FAMILY):
+        seed = random.Random(f"{flop_seed}/{family}/{index}").randrange(2**31)
+        _one_pass_equals_two(_draw(family, seed), _SPACES[family][3])
