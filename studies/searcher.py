@@ -242,11 +242,18 @@ class StudySearcher(Searcher):
     # ------------------------------------------------------------------ StudyCallback's input
     @_guarded
     def record_epoch(self, trial_id: str, result: dict[str, Any]) -> None:
-        """Write one epoch report to the study record (``studies.record.record_epoch``)."""
+        """Write one epoch report to the study record (``studies.record.record_epoch``). The
+        final report carries the last epoch (``studies.worker.trainable`` sends them as one):
+        recorded here, with that epoch's own value, unless an epoch report already did."""
         candidate = self.live.get(trial_id)
-        if candidate is None or result.get("kind") != "epoch":
+        kind = result.get("kind")
+        if candidate is None or kind not in ("epoch", "final"):
             return
-        epoch = int(result["epoch"])
+        epoch = int(result.get("epoch") or 0)
+        if kind == "final":
+            if epoch <= candidate.epochs_reached:
+                return
+            result = {**result, "value": result.get("epoch_value")}
         candidate.epochs_reached = max(candidate.epochs_reached, epoch)
         try:
             extra = json.loads(result.get("extra") or "{}")

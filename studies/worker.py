@@ -37,7 +37,7 @@ _TASKS: dict[str, TaskData] = {}
 #: What the final report of a trial carries (the per-epoch reports carry ``epoch`` and its
 #: metrics); every report has every key, so Tune's CSV and dataframe columns are stable.
 FINAL_KEYS = ("status", "reason", "value", "seconds", "samples_per_second", "latency_ms",
-              "checkpoint", "node", "epochs_reached")
+              "checkpoint", "node", "epochs_reached", "epoch_value")
 
 
 class EvaluatorUnavailable(RuntimeError):
@@ -122,6 +122,11 @@ def _epoch_metrics(epoch: dict[str, Any]) -> dict[str, Any]:
             **dict.fromkeys(k for k in FINAL_KEYS if k != "value")}
 
 
+def _planned_epochs(config: dict[str, Any]) -> int | None:
+    epochs = (config.get("settings") or {}).get("epochs")
+    return epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else None
+
+
 def evaluator_call(config: dict[str, Any], report: Callable[[dict[str, Any]], bool]) -> tuple[
         tuple[Any, ...], dict[str, Any]]:
     """The arguments a trial's training function is called with, from the searcher's
@@ -161,9 +166,14 @@ def trainable(config: dict[str, Any], *, evaluator: bytes | None = None,
         except Exception as exc:  # e.g. its module is not importable on this node
             raise EvaluatorUnavailable(f"{type(exc).__name__}: {exc}") from None
     last: dict[str, Any] = {}
+    planned = _planned_epochs(config)
+    held: list[dict[str, Any]] = []  # the last planned epoch: it goes with the final report
 
     def report(epoch: dict[str, Any]) -> bool:
         last.update(_epoch_metrics(epoch))
+        if last["epoch"] == planned:  # no rung sits at the last epoch: nothing to decide
+            held.append(dict(last))
+            return False
         tune.report(dict(last))
         return False  # the scheduler's STOP ends this function inside tune.report
 
@@ -174,9 +184,17 @@ def trainable(config: dict[str, Any], *, evaluator: bytes | None = None,
         import torch
 
         torch.set_num_threads(max(1, threads))
-    out = function(*args, **kwargs)
+    try:
+        out = function(*args, **kwargs)
+    except BaseException:
+        for epoch in held:  # what was held back still reaches the record
+            tune.report(epoch)
+        raise
     epochs = out.get("epochs") or []
+    # One report for the last epoch and the trial's end (each report is a round trip through
+    # Tune's driver): ``epoch_value`` is that epoch's own value, ``value`` the trial's.
     final = {**(last or _epoch_metrics({"epoch": 0})), "kind": "final",
+             "epoch_value": last.get("value"),
              "status": str(out.get("status", "failed")), "reason": out.get("reason"),
              "value": _number(out.get("value")), "seconds": _number(out.get("seconds")),
              "samples_per_second": _number(out.get("samples_per_second")),
