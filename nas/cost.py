@@ -34,6 +34,7 @@ __all__ = [
     "cost_and_memory",
     "count_params",
     "estimate_cost",
+    "estimate_params",
     "model_cost",
     "trace_madds",
 ]
@@ -192,6 +193,14 @@ def estimate_cost(config: ArchConfig, task: TaskGeometry | str | None = None) ->
     geometry = resolve_task(config, task)
     model = create_model(config, geometry, device="meta")
     return model_cost(model, config, geometry)
+
+
+def estimate_params(config: ArchConfig, task: TaskGeometry | str | None = None) -> int:
+    """``estimate_cost(config, task).params`` from the build alone: no forward pass is traced
+    (what a search for the largest model of a space needs, many builds at a study's start)."""
+    geometry = resolve_task(config, task)
+    return sum(n for n, _ in count_params(create_model(config, geometry,
+                                                       device="meta")).values())
 
 
 def cost_and_memory(config: ArchConfig,

@@ -424,8 +424,10 @@ def largest_cost(space: SearchSpace, geometry: TaskGeometry,
     widths, depths, groups and sharing do), a local maximum otherwise."""
     from optuna.trial import FixedTrial
 
-    from nas.cost import estimate_cost
+    from nas.cost import estimate_cost, estimate_params
 
+    measure = (estimate_params if key == "params"
+               else lambda config, geometry: estimate_cost(config, geometry).madds)
     candidates = {k: (list(d.values()) if len(d.values()) <= _LARGEST_CHOICES
                       else [d.values()[0], d.values()[-1]]) for k, d in space.arch.items()}
     train = {k: d.values()[0] for k, d in space.train.items()}
@@ -434,7 +436,7 @@ def largest_cost(space: SearchSpace, geometry: TaskGeometry,
     def size(params: dict[str, Any]) -> int:
         config, _ = suggest(space, FixedTrial({**params, **train}), smoke)
         if config.arch_id not in costs:
-            costs[config.arch_id] = int(getattr(estimate_cost(config, geometry), key))
+            costs[config.arch_id] = int(measure(config, geometry))
         return costs[config.arch_id]
 
     point = {k: values[0] for k, values in candidates.items()}

@@ -36,7 +36,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from nas.config import ArchConfig
-from nas.cost import cost_and_memory, estimate_cost
+from nas.cost import cost_and_memory, estimate_cost, estimate_params
 from nas.memory import memory_profile
 from nas.models import create_model, resolve_task
 from nas.presets import PRESETS, get_preset
@@ -201,10 +201,12 @@ def test_counter_sees_the_radix_digits_of_the_word_vocabulary() -> None:
 # ----------------------------------------------------------------------------- one pass
 def _one_pass_equals_two(config: ArchConfig, task: TaskGeometry | None = None) -> None:
     """``cost_and_memory``'s training-mode pass gives the cost of the eval-mode pass
-    (``estimate_cost``) and the memory profile of its own pass (``memory_profile``)."""
+    (``estimate_cost``) and the memory profile of its own pass (``memory_profile``); the build
+    alone gives the parameters (``estimate_params``)."""
     cost, profile = cost_and_memory(config, task)
     assert cost == estimate_cost(config, task), config.to_dict()
     assert profile == memory_profile(config, task), config.to_dict()
+    assert estimate_params(config, task) == cost.params, config.to_dict()
 
 
 @pytest.mark.parametrize("name", list(PRESETS))
