@@ -208,7 +208,7 @@ def cost_and_memory(config: ArchConfig,
     """:func:`estimate_cost` and ``nas.memory.memory_profile`` of ``config`` from one build and
     one traced pass on the meta device: the training-mode pass the memory rule needs, counted
     by the same flop counter (no family's forward computes differently in training mode;
-    ``tests/test_cost_memory.py`` checks both figures against the separate passes)."""
+    ``tests/test_flop_counter.py`` checks both figures against the separate passes)."""
     geometry = resolve_task(config, task)
     model = create_model(config, geometry, device="meta")
     params = count_params(model)
