@@ -76,7 +76,7 @@ def _guarded(method: _F) -> _F:
 MAX_INFRASTRUCTURE_RERUNS = 2
 
 
-def _estimate_cost(config: Any, geometry: TaskGeometry) -> tuple[Cost, MemoryProfile]:
+def _cost_and_memory(config: Any, geometry: TaskGeometry) -> tuple[Cost, MemoryProfile]:
     """The cost and the training-memory profile of ``config``: one build and one traced pass
     on the meta device (``nas.cost.cost_and_memory``)."""
     from nas.cost import cost_and_memory
@@ -96,7 +96,6 @@ class _Candidate:
     trial: optuna.trial.Trial
     attrs: dict[str, Any]  # arch, arch_id, cost, train
     key: str
-    profile: MemoryProfile | None = None  # its training-memory profile (Ray's request)
     epochs_reached: int = 0
     stored: bool = False  # its attrs written (a twin kept waiting); else written at launch
 
@@ -153,7 +152,8 @@ class StudySearcher(Searcher):
         self.settings_base = base_settings(spec)
         self.latency = ("latency_ms" in spec.objective_names
                         or "latency_ms_max" in spec.constraints)
-        self.costs: dict[str, tuple[Cost, MemoryProfile]] = {}  # by arch_id
+        #: By arch_id: its cost and training-memory profile (Ray's memory request).
+        self.costs: dict[str, tuple[Cost, MemoryProfile]] = {}
         self.live: dict[str, _Candidate] = {}  # Tune trial id -> the trial it trains
         self.errored: dict[str, _Candidate] = {}  # failed in Tune, waiting for the error text
         self.stopped_at: dict[str, int] = {}  # Tune trial id -> the epoch the scheduler stopped
@@ -334,12 +334,12 @@ class StudySearcher(Searcher):
                 self._reject(trial, str(exc), {})
                 return None
         try:
-            known = self.costs.get(config.arch_id) or _estimate_cost(config, self.geometry)
+            known = self.costs.get(config.arch_id) or _cost_and_memory(config, self.geometry)
         except NasError as exc:  # a space that lets an invalid config through: record, go on
             self._reject(trial, str(exc), {})
             return None
         self.costs[config.arch_id] = known
-        cost, profile = known
+        cost = known[0]
         settings = {**self.settings_base, **train_overrides}
         attrs = {TrialKey.ARCH: config.to_dict(), TrialKey.ARCH_ID: config.arch_id,
                  TrialKey.COST: cost_dict(cost), TrialKey.TRAIN: settings}
@@ -348,7 +348,7 @@ class StudySearcher(Searcher):
             self._reject(trial, reason, attrs)
             return None
         self.pace.accepted()
-        candidate = _Candidate(trial, attrs, _result_key(config.arch_id, settings), profile)
+        candidate = _Candidate(trial, attrs, _result_key(config.arch_id, settings))
         if candidate.key in self.known:
             self._reuse(candidate)
             return None
@@ -370,9 +370,9 @@ class StudySearcher(Searcher):
             "checkpoint_dir": spec.checkpoint_dir(number),
             "cost_vector": [float(cost[o.name]) for o in spec.objectives if o.source == "cost"],
         }
-        if self.resources is not None and candidate.profile is not None:
-            config["memory_estimate"] = self.resources.from_profile(candidate.profile,
-                                                                    config["settings"])
+        if self.resources is not None:  # the profile costing this architecture gave
+            _, profile = self.costs[candidate.attrs[TrialKey.ARCH_ID]]
+            config["memory_estimate"] = self.resources.from_profile(profile, config["settings"])
         return config
 
     def _finished_or_wait(self) -> Any:
