@@ -5,6 +5,12 @@ Every arm returns its trials in the order they finished as :data:`Point`\\ s: th
 had trained by then (a rejected or reused trial trains none, a stopped one the epochs it ran)
 and the trial's values where it trained to the full epochs (else ``None``: a stopped, rejected or
 failed trial adds nothing to the front), so the arms are scored the same way.
+
+Every arm runs on the same budget of epochs (:class:`Budget`): it starts trials until it has
+trained that many epochs or counted ``cap`` trials, each the way its tool stops a run: this
+engine by growing its study's trial budget as ``nas resume --trials`` does until the epochs are
+spent, Tune by a ``Stopper`` whose ``stop_all`` fires at the budget, Syne Tune by its
+``StoppingCriterion(max_num_evaluations=...)`` (one evaluation per epoch reported).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -20,12 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from ray.tune.stopper import Stopper
 
 from nas.cost import estimate_cost
 from search_spaces import load_space
 from studies import StudySpec, create_study, run_study
-from studies._trials import base_settings, suggest
-from studies.engine import study_reference
+from studies._trials import base_settings, counted_trials, suggest
+from studies.engine import prepare_resume, study_reference
 from studies.record import Status, StudyKey, TrialKey
 from trainers import get_task
 
@@ -34,6 +42,16 @@ DIRECTIONS = ["maximize", "minimize", "minimize"]
 WORKERS = 2  # trials at once in every arm: the engine's (resources cpu 1 on two CPUs)
 
 Point = tuple[int, list[float] | None]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What every arm may spend on one task and seed: ``epochs`` trained in all, at most
+    ``cap`` trials (a rejected trial counts toward Tune's and Syne Tune's cap, which count
+    samples, not toward the engine's, which counts what its budget counts)."""
+
+    epochs: int
+    cap: int
 
 
 @dataclass(frozen=True)
@@ -82,18 +100,10 @@ def _full(status: Any) -> bool:
     return status in (Status.COMPLETED, Status.REUSED)
 
 
-def engine_arm(task: Task, url: str, name: str, seed: int, trials: int,
-               sampler: dict[str, Any], reference: list[float]) -> list[Point]:
-    """This engine: its sampler, constraint checks, reuse and multi-objective ASHA."""
-    run = create_study(task.spec(name, seed, trials, sampler), url)
-    stored = run.study.user_attrs.get(StudyKey.REFERENCE)
-    if stored != reference:
-        raise RuntimeError(f"the engine stored the reference {stored}, the benchmark computed "
-                           f"{reference}")
-    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-        run_study(run)
-    done = sorted(run.study.get_trials(deepcopy=False),
-                  key=lambda t: t.datetime_complete or t.datetime_start or datetime.min)
+def _points(study: optuna.Study) -> tuple[list[Point], int]:
+    """A study's trials in the order they finished as points, and how many it counted."""
+    trials = study.get_trials(deepcopy=False)
+    done = sorted(trials, key=lambda t: t.datetime_complete or t.datetime_start or datetime.min)
     out: list[Point] = []
     used = 0
     for t in done:
@@ -102,7 +112,31 @@ def engine_arm(task: Task, url: str, name: str, seed: int, trials: int,
             used += int(t.user_attrs.get(TrialKey.EPOCHS_REACHED) or 0)
         full = _full(status) and t.values is not None
         out.append((used, list(t.values) if full else None))
-    return out
+    return out, counted_trials(trials)
+
+
+def engine_arm(task: Task, url: str, name: str, seed: int, budget: Budget,
+               sampler: dict[str, Any], reference: list[float]) -> list[Point]:
+    """This engine: its sampler, constraint checks, reuse and multi-objective ASHA, run until
+    ``budget.epochs`` are trained: the study asks enough trials to spend what is left if each
+    trained to the full epochs (at least one per worker), and is grown again, as ``nas resume
+    --trials`` grows it, while epochs are left and fewer than ``budget.cap`` trials counted."""
+    first = max(WORKERS, math.ceil(budget.epochs / task.epochs))
+    run = create_study(task.spec(name, seed, min(first, budget.cap), sampler), url)
+    stored = run.study.user_attrs.get(StudyKey.REFERENCE)
+    if stored != reference:
+        raise RuntimeError(f"the engine stored the reference {stored}, the benchmark computed "
+                           f"{reference}")
+    while True:
+        with contextlib.redirect_stderr(io.StringIO()), \
+                contextlib.redirect_stdout(io.StringIO()):
+            run_study(run)
+        out, counted = _points(run.study)
+        used = out[-1][0] if out else 0
+        if used >= budget.epochs or counted >= budget.cap:
+            return out
+        more = max(WORKERS, math.ceil((budget.epochs - used) / task.epochs))
+        run, _ = prepare_resume(name, url, trials=min(budget.cap, counted + more))
 
 
 class DefineByRun:
@@ -124,11 +158,28 @@ class DefineByRun:
                 "feasible": cost.params <= self.task.params_max}
 
 
-def tune_arm(task: Task, storage: Path, name: str, seed: int, trials: int,
+class EpochBudget(Stopper):
+    """Tune's ``Stopper`` for an epoch budget: every trial ends once the trials have reported
+    ``epochs`` trained epochs in all (a report with ``epoch`` >= 1 is one epoch trained). A
+    module-level class: Tune pickles its stopper."""
+
+    def __init__(self, epochs: int) -> None:
+        self.epochs = epochs
+        self.trained = 0
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        self.trained += int(result.get("epoch", 0)) >= 1
+        return False
+
+    def stop_all(self) -> bool:
+        return self.trained >= self.epochs
+
+
+def tune_arm(task: Task, storage: Path, name: str, seed: int, budget: Budget,
              sampler: optuna.samplers.BaseSampler) -> list[Point]:
     """Ray Tune + ``OptunaSearch`` (``sampler``) + Tune's ``ASHAScheduler`` on accuracy, as an
-    expert writes it; a trial that breaks the params constraint reports chance accuracy at once
-    and trains no epoch."""
+    expert writes it, stopped by :class:`EpochBudget` (at most ``budget.cap`` samples); a trial
+    that breaks the params constraint reports chance accuracy at once and trains no epoch."""
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
     from ray.tune.search.optuna import OptunaSearch
@@ -159,9 +210,10 @@ def tune_arm(task: Task, storage: Path, name: str, seed: int, trials: int,
     tuner = tune.Tuner(
         tune.with_resources(trainable, {"cpu": 1}),
         tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler,
-                                    num_samples=trials, reuse_actors=True,
+                                    num_samples=budget.cap, reuse_actors=True,
                                     max_concurrent_trials=WORKERS),
-        run_config=tune.RunConfig(name=name, storage_path=str(storage), verbose=0))
+        run_config=tune.RunConfig(name=name, storage_path=str(storage), verbose=0,
+                                  stop=EpochBudget(budget.epochs)))
     grid = tuner.fit()
     results: list[dict[str, Any]] = [m for i in range(len(grid)) if (m := grid[i].metrics)]
     results.sort(key=lambda m: m.get("timestamp", 0))
@@ -174,7 +226,7 @@ def tune_arm(task: Task, storage: Path, name: str, seed: int, trials: int,
     return out
 
 
-def syne_arm(task: Task, tmp: Path, name: str, seed: int, trials: int,
+def syne_arm(task: Task, tmp: Path, name: str, seed: int, budget: Budget,
              syne_python: Path) -> list[Point] | str:
     """Syne Tune's MOASHA (``benchmarks/_syne_arm.py`` in the benchmark's own environment,
     ``make bench-env``); its trials train with this python. A reason string where it cannot
@@ -189,7 +241,8 @@ def syne_arm(task: Task, tmp: Path, name: str, seed: int, trials: int,
         "chance": float(get_task(task.task).chance)}))
     job_file.write_text(json.dumps({
         "name": name, "python": sys.executable, "trial_script": str(here / "_syne_trial.py"),
-        "task_file": str(task_file), "trials": trials, "epochs": task.epochs,
+        "task_file": str(task_file), "trials": budget.cap, "budget": budget.epochs,
+        "epochs": task.epochs,
         "workers": WORKERS, "grace": task.grace, "reduction_factor": task.reduction_factor,
         "seed": seed}))
     proc = subprocess.run([str(syne_python), str(here / "_syne_arm.py"), str(job_file),

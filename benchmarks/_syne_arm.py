@@ -5,7 +5,10 @@ environment (``make bench-env``: ``.venv-bench``, Syne Tune only).
 
 ``JOB.json`` (written by ``benchmarks/search.py``) names the project's python, the trial script
 (``benchmarks/_syne_trial.py``, run with the project's python so it can train our models), the
-task file it reads, the trials, epochs, workers, grace, reduction factor and seed. MOASHA draws
+task file it reads, the trial cap, the epoch budget, epochs, workers, grace, reduction factor and
+seed. The run stops once its trials have trained the budget's epochs (Syne Tune's own cost
+budget: each report carries ``st_worker_cost``, the epochs that trial trained, and
+``StoppingCriterion(max_cost=...)`` sums them over the trials) or started the cap. MOASHA draws
 each configuration at random (its searcher is random search); a configuration is a seed the trial
 script turns into an architecture of the study's space with Optuna's random sampler, so the arm
 searches the same space as the others. All three objectives are minimised: ``neg_accuracy``,
@@ -41,12 +44,14 @@ def main() -> None:
     tuner = Tuner(
         trial_backend=LocalBackend(entry_point=job["trial_script"], binary=job["python"]),
         scheduler=scheduler,
-        # Stops once more than ``trials - 1`` trials started, then lets those running finish:
-        # ``trials`` trials in all, as the other arms ask.
-        stop_criterion=StoppingCriterion(max_num_trials_started=job["trials"] - 1),
+        # Stops once the trials trained ``budget`` epochs in all (cost > budget - 0.5) or more
+        # than ``trials - 1`` started; trials still running are stopped there, as Tune's
+        # ``stop_all`` stops them in arms (b) and (c).
+        stop_criterion=StoppingCriterion(max_cost=job["budget"] - 0.5,
+                                         max_num_trials_started=job["trials"] - 1),
         n_workers=job["workers"], sleep_time=0.5, results_update_interval=60.0,
         print_update_interval=3600.0, save_tuner=False, tuner_name=job["name"],
-        wait_trial_completion_when_stopping=True,
+        wait_trial_completion_when_stopping=False,
     )
     tuner.run()
     frame = load_experiment(tuner.name).results

@@ -3,9 +3,11 @@ backend with the project's python: ``_syne_trial.py --draw N --task_file F --epo
 
 The draw seeds Optuna's random sampler over the study's space (shrunk to its smoke scale where
 the task has one); the params constraint is checked before training, and a violation is reported
-once (accuracy at chance, no epoch trained) instead of training. Each epoch reports in Syne
+once at epoch 0 (accuracy at chance, no epoch trained, below every rung, as Tune's arms report it)
+instead of training. Each epoch reports in Syne
 Tune's own line format (``[tune-metric]: {json}``, what ``syne_tune.Reporter`` prints), so this
-script needs no Syne Tune.
+script needs no Syne Tune; ``st_worker_cost`` is the epochs trained so far (Syne Tune's cost
+budget).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import optuna
 def _report(start: float, step: int, **values: Any) -> None:
     now = time.time()
     payload = {**values, "st_worker_timestamp": now, "st_worker_time": now - start,
-               "st_worker_iter": step}
+               "st_worker_iter": step, "st_worker_cost": values["trained"]}
     print(f"[tune-metric]: {json.dumps(payload)}", flush=True)
 
 
@@ -47,7 +49,7 @@ def main() -> None:
     cost = estimate_cost(config, get_task(task["task"]).geometry)
     costs = {"params": float(cost.params), "madds": float(cost.madds)}
     if cost.params > task["params_max"]:
-        _report(start, 0, epoch=1, trained=0, neg_accuracy=-task["chance"], **costs)
+        _report(start, 0, epoch=0, trained=0, neg_accuracy=-task["chance"], **costs)
         return
     step = 0
 

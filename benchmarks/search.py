@@ -1,8 +1,8 @@
 """Hypervolume against epochs trained: this engine against the strongest set-ups of its peers.
 
     python benchmarks/search.py [--quick] [--seeds 5] [--tasks digits,vqa]
-                                [--arms a,b,c,d,e] [--trials N] [--sampler tpe]
-                                [--samplers tpe,gp,auto,nsga2]
+                                [--arms a,b,c,d,e] [--trials N] [--budget EPOCHS]
+                                [--sampler tpe] [--samplers tpe,gp,auto,nsga2]
 
 Five arms, each on two tasks and the same seeds, each with two trials at once:
 
@@ -25,16 +25,22 @@ params <= 2e5, at most 10 batches an epoch) and ``vqa`` (the ``lw_transformer`` 
 the space's draws). Of the smoke-scale captioning and VQA spaces, VQA was chosen: on two busy
 cores an ``acort`` epoch on ``synthetic-captions`` took about 100 s and scored 0 after two
 epochs (no hypervolume to compare), an ``lw_transformer`` epoch 6-30 s, past the task's chance
-(0.139) by the third epoch. Every arm
-asks the same number of trials; a trial's cost is the epochs it trained (a rejected or reused
-one none, a stopped one the epochs it ran), and per task and seed every arm is cut at the
-same budget: the fewest epochs any arm trained in all. The hypervolume is the normalised one
-against the study's fixed reference point (``nas.reference``, computed once per task with the
-engine's ``study_reference`` and checked against what the engine stores), over the trials
-trained to the full epochs. Printed per task and arm: the median final hypervolume with its
-min-max, its mean rank over the seeds, the seeds on which (a) is at least that arm, and the
-epochs (a) needed to reach that arm's median final hypervolume with the ratio to that arm's
-epochs; and the issue's targets for (a) and each ``a:NAME``.
+(0.139) by the third epoch.
+
+Every arm gets the same budget of epochs per task and seed (``--budget``; by default
+``--trials`` x the task's epochs / 2: 24 epochs, what 12 trials cost if half their epochs were
+stopped early) and runs until its trials have trained that many (a trial's cost is the epochs
+it trained: a rejected or reused one none, a stopped one the epochs it ran), or until it has
+started 4 x ``--trials`` trials; each stops the way its tool stops a run (``_search_arms``).
+Its hypervolume is read at the budget: trials that finished after the budget was spent count
+nothing, and an arm that ended before it is read at its own end. The hypervolume is the
+normalised one against the study's fixed reference point (``nas.reference``, computed once per
+task with the engine's ``study_reference`` and checked against what the engine stores), over
+the trials trained to the full epochs. Printed per task and arm: the median final hypervolume
+with its min-max, its mean rank over the seeds, the epochs it trained (median; the budget unless it
+ended before), the seeds on which (a) is at least that arm, and the epochs (a) needed to reach
+that arm's median final hypervolume with the ratio to that arm's epochs; and the issue's
+targets for (a) and each ``a:NAME``.
 
 Time: the default (5 seeds, 12 trials, arms a-e, both tasks: 50 arm-runs) took 28 min 21 s
 on a nearly idle two-core machine (2026-11-26; digits 15 min, VQA 13 min), as estimated
@@ -68,6 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _search_arms import (
     DIRECTIONS,
     WORKERS,
+    Budget,
     Point,
     Task,
     engine_arm,
@@ -113,14 +120,20 @@ def final(c: Curve, budget: int) -> float:
     return inside[-1] if inside else 0.0
 
 
-def epochs_to_reach(c: Curve, target: float) -> int | None:
-    return next((used for used, hv in c if hv >= target - 1e-12), None)
+def epochs_to_reach(c: Curve, target: float, budget: int) -> int | None:
+    """The epochs after which ``c`` first reached ``target`` within ``budget``; None if not."""
+    return next((used for used, hv in c if hv >= target - 1e-12 and used <= budget), None)
 
 
 @dataclass
 class SeedRun:
     curves: dict[str, Curve]
-    budget: int  # the epochs every arm is cut at: the fewest any arm trained
+    budget: int  # the epochs every arm may train: each is read there
+
+    def used(self, arm: str) -> int:
+        """The epochs ``arm`` trained within the budget (fewer where it ended before)."""
+        c = self.curves[arm]
+        return min(self.budget, c[-1][0]) if c else 0
 
 
 def label(arm: str) -> str:
@@ -139,7 +152,7 @@ def candidate(task: Task, name: str) -> dict[str, Any]:
     return dict(task.sampler) if task.sampler.get("name") == name else {"name": name}
 
 
-def run_seed(task: Task, arms: list[str], seed: int, trials: int, tmp: Path,
+def run_seed(task: Task, arms: list[str], seed: int, budget: Budget, tmp: Path,
              sampler: dict[str, Any] | None, syne_python: Path,
              skipped: dict[str, str]) -> SeedRun:
     reference = task.reference()
@@ -150,24 +163,24 @@ def run_seed(task: Task, arms: list[str], seed: int, trials: int, tmp: Path,
             continue
         if arm == "a":
             points[arm] = engine_arm(task, f"sqlite:///{tmp / f'a{tag}.db'}", f"a{tag}", seed,
-                                     trials, sampler or task.sampler, reference)
+                                     budget, sampler or task.sampler, reference)
         elif arm.startswith("a:"):
             name = arm.partition(":")[2]
             points[arm] = engine_arm(task, f"sqlite:///{tmp / f'a{name}{tag}.db'}",
-                                     f"a{name}{tag}", seed, trials, candidate(task, name),
+                                     f"a{name}{tag}", seed, budget, candidate(task, name),
                                      reference)
         elif arm == "b":
-            points[arm] = tune_arm(task, tmp / "tune", f"b{tag}", seed, trials,
+            points[arm] = tune_arm(task, tmp / "tune", f"b{tag}", seed, budget,
                                    optuna.samplers.NSGAIISampler(
                                        population_size=task.population, seed=seed))
         elif arm == "c":
-            points[arm] = tune_arm(task, tmp / "tune", f"c{tag}", seed, trials,
+            points[arm] = tune_arm(task, tmp / "tune", f"c{tag}", seed, budget,
                                    optuna.samplers.TPESampler(seed=seed))
         elif arm == "d":
             points[arm] = engine_arm(task, f"sqlite:///{tmp / f'd{tag}.db'}", f"d{tag}", seed,
-                                     trials, {"name": "random"}, reference)
+                                     budget, {"name": "random"}, reference)
         elif arm == "e":
-            got = syne_arm(task, tmp, f"e{tag}", seed, trials, syne_python)
+            got = syne_arm(task, tmp, f"e{tag}", seed, budget, syne_python)
             if isinstance(got, str):
                 skipped[arm] = got
             else:
@@ -175,9 +188,9 @@ def run_seed(task: Task, arms: list[str], seed: int, trials: int, tmp: Path,
         if arm in points:
             c = curve(points[arm], reference)
             print(f"  {tag} {label(arm)}: {len(c)} trials, {c[-1][0] if c else 0} epochs, "
-                  f"hypervolume {c[-1][1] if c else 0.0:.4f}", flush=True)
-    budget = min((p[-1][0] for p in points.values() if p), default=0)
-    return SeedRun({arm: curve(p, reference) for arm, p in points.items()}, budget)
+                  f"hypervolume {final(c, budget.epochs):.4f} at {budget.epochs} epochs",
+                  flush=True)
+    return SeedRun({arm: curve(p, reference) for arm, p in points.items()}, budget.epochs)
 
 
 def _spread(values: list[float]) -> str:
@@ -201,29 +214,30 @@ def _rank(runs: list[SeedRun], arms: list[str], arm: str) -> float:
 def report(task: Task, runs: list[SeedRun], skipped: dict[str, str]) -> None:
     arms = [a for a in runs[0].curves if all(a in r.curves for r in runs)] if runs else []
     finals = {a: [final(r.curves[a], r.budget) for r in runs] for a in arms}
-    budgets = [r.budget for r in runs]
     engines = engine_arms(arms)
     peers = [a for a in arms if a not in engines]
     me = "a" if "a" in arms else (engines[0] if engines else None)
     print(f"\n{task.key}: {task.space} on {task.task}{' (smoke)' if task.smoke else ''}, "
           f"{task.epochs} epochs, grace {task.grace}, reduction {task.reduction_factor}; "
-          f"{len(runs)} seeds; budget per seed (epochs) {budgets}; (a) below is {me}")
-    print(f"{'arm':<37}{'median HV [min-max]':>26}{'rank':>6}{'(a)>=':>7}{'(a) reach':>11}"
-          f"{'ratio':>7}")
+          f"{len(runs)} seeds; budget {sorted({r.budget for r in runs})} epochs per seed; "
+          f"(a) below is {me}")
+    print(f"{'arm':<37}{'median HV [min-max]':>26}{'rank':>6}{'epochs':>8}{'(a)>=':>7}"
+          f"{'(a) reach':>11}{'ratio':>7}")
     for arm in arms:
         target = statistics.median(finals[arm])
+        spent = statistics.median([r.used(arm) for r in runs])
         wins = reach = ratio = ""
         if me is not None and arm != me:
             wins = f"{_wins(finals[me], finals[arm])}/{len(runs)}"
-            hits = [epochs_to_reach(r.curves[me], target) for r in runs]
+            hits = [epochs_to_reach(r.curves[me], target, r.budget) for r in runs]
             if sum(h is not None for h in hits) * 2 > len(hits):  # the median seed reached it
                 needed = statistics.median([h if h is not None else float("inf") for h in hits])
                 reach = f"{needed:.0f}"
-                ratio = f"{needed / statistics.median(budgets):.2f}"
+                ratio = f"{needed / spent:.2f}" if spent else ""
             else:
                 reach = "not"
         print(f"{label(arm):<37}{_spread(finals[arm]):>26}{_rank(runs, arms, arm):>6.1f}"
-              f"{wins:>7}{reach:>11}{ratio:>7}")
+              f"{spent:>8.0f}{wins:>7}{reach:>11}{ratio:>7}")
     for arm, reason in skipped.items():
         print(f"{label(arm):<37} skipped: {reason}")
     if not peers:
@@ -232,9 +246,9 @@ def report(task: Task, runs: list[SeedRun], skipped: dict[str, str]) -> None:
     need = WINS_NEEDED * len(runs)
     for arm in engines:
         beaten = all(_wins(finals[arm], finals[p]) >= need for p in peers)
-        hits = [epochs_to_reach(r.curves[arm], statistics.median(finals[best_peer]))
+        hits = [epochs_to_reach(r.curves[arm], statistics.median(finals[best_peer]), r.budget)
                 for r in runs]
-        ratios = [h / r.budget if h is not None and r.budget else float("inf")
+        ratios = [h / r.used(best_peer) if h is not None and r.used(best_peer) else float("inf")
                   for h, r in zip(hits, runs, strict=True)]
         share = statistics.median(ratios)
         print(f"target {arm} >= every peer on >= {need:g} of {len(runs)} seeds: "
@@ -249,7 +263,11 @@ def main() -> None:
                         help="1 seed, 6 trials per arm and task: minutes on an idle machine")
     parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 5)")
     parser.add_argument("--trials", type=int, default=None,
-                        help="trials asked per arm, task and seed (default 12)")
+                        help="sets the default budget (trials x epochs / 2) and the trial cap "
+                             "(4 x trials) per arm, task and seed (default 12)")
+    parser.add_argument("--budget", type=int, default=None,
+                        help="epochs every arm trains per task and seed (default trials x the "
+                             "task's epochs / 2)")
     parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated: "
                         + ", ".join(TASKS))
     parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated: a,b,c,d,e")
@@ -293,7 +311,9 @@ def main() -> None:
         os.environ["NAS_RUNS"] = str(tmp / "nas_runs")
         for key in tasks:
             for seed in range(seeds):
-                run = run_seed(TASKS[key], arms, seed, trials, tmp, sampler, args.syne_python,
+                task = TASKS[key]
+                budget = Budget(args.budget or trials * task.epochs // 2, 4 * trials)
+                run = run_seed(task, arms, seed, budget, tmp, sampler, args.syne_python,
                                skipped)
                 results.setdefault(key, []).append(run)
                 print(f"{key} seed {seed} done after {time.perf_counter() - start:.0f} s",
@@ -301,7 +321,8 @@ def main() -> None:
                 if seed + 1 < seeds:  # the tables so far: a run cut short keeps them
                     report(TASKS[key], results[key], skipped)
     ray.shutdown()
-    print(f"\n{trials} trials asked per arm, task and seed; {WORKERS} at once; arm (a)'s "
+    print(f"\nbudget: {args.budget or f'{trials} x epochs / 2'} epochs per arm, task and seed "
+          f"(at most {4 * trials} trials); {WORKERS} at once; arm (a)'s "
           f"sampler: {args.sampler or 'the study' + chr(39) + 's'}; hypervolume normalised "
           "against the study's fixed reference point")
     for key, runs in results.items():
