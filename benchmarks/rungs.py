@@ -1,6 +1,7 @@
 """What multi-objective ASHA's rungs stop and promote, replayed on trials trained to the end.
 
     python benchmarks/rungs.py [--tasks digits,vqa] [--seeds 2] [--trials 12] [--keep DIR]
+                               [--replay DIR] [--budget EPOCHS] [--orders N]
 
 Per task and seed the engine trains ``--trials`` random architectures of ``benchmarks/search.py``'s
 task to the full epochs, without early stopping, two at once; each trial's per-epoch values are
@@ -14,6 +15,18 @@ and the final accuracy, i.e. how much a rung's comparison says about the end.
 
 ``--keep DIR`` writes the curves as JSON (one file per task and seed) and ``--replay DIR``
 replays such files without training.
+
+``--budget EPOCHS`` replays each rule as ``benchmarks/search.py`` scores an arm: the trials come
+in ``--orders`` random orders drawn from each seed's curves, two train at once (one epoch a
+step each, rung decisions as each reaches a rung), everything stops once ``EPOCHS`` epochs are
+trained, and the rule is scored by the normalised hypervolume of the trials that finished the
+full epochs by then (mean over the orders and seeds, with the mean number of trials started and
+finished). The sampler is random here: the rule alone decides. Besides ``studies.asha.Rungs``'
+variants it replays Tune's ``ASHAScheduler`` rule on accuracy alone and Syne Tune's MOASHA rule
+(both re-implemented here from their sources: a rung's first record passes; Tune stops a trial
+below the ``1 - 1/eta`` quantile of the accuracies recorded before it; MOASHA stops one whose
+position among the rung's records and itself, by non-dominated rank then crowding, is past
+``1/eta`` of them).
 """
 
 from __future__ import annotations
@@ -39,7 +52,12 @@ from search import TASKS
 
 from studies import create_study, run_study
 from studies.asha import Rungs
-from studies.pareto import nondominated_mask, normalized_hypervolume, to_minimization
+from studies.pareto import (
+    nondominated_mask,
+    nondominated_ranks,
+    normalized_hypervolume,
+    to_minimization,
+)
 from studies.stored import trial_attrs
 
 Curve = dict[str, Any]  # {"number", "cost": [params, madds], "values": [acc per epoch]}
@@ -90,6 +108,120 @@ def replay(rungs: Rungs, curves: list[Curve]) -> dict[int, int]:
             if rungs.should_stop(c["number"], epoch, vector):
                 reached[c["number"]] = epoch
     return reached
+
+
+class TuneAsha:
+    """Tune's ``ASHAScheduler`` rule at one bracket (``ray.tune.schedulers.async_hyperband``):
+    a trial stops at a rung when its accuracy is below the ``1 - 1/eta`` quantile of those
+    recorded there before it."""
+
+    def __init__(self, grace: int, eta: int, epochs: int) -> None:
+        self.epochs = Rungs(grace, eta, epochs, DIRECTIONS).epochs
+        self.eta = eta
+        self.records: dict[int, list[float]] = {}
+
+    def should_stop(self, trial: int, epoch: int, vector: Sequence[float]) -> bool:
+        if epoch not in self.epochs:
+            return False
+        recorded = self.records.setdefault(epoch, [])
+        stop = bool(recorded) and vector[0] < float(
+            np.nanpercentile(recorded, (1 - 1 / self.eta) * 100))
+        recorded.append(float(vector[0]))
+        return stop
+
+
+class MoashaRule:
+    """Syne Tune's MOASHA rule (``syne_tune.optimizer.schedulers.asha.Bracket`` with a
+    non-dominated priority; crowding stands in for its epsilon-net tie-break): a trial stops
+    when its position among the rung's records and itself is past ``1/eta`` of them."""
+
+    def __init__(self, grace: int, eta: int, epochs: int) -> None:
+        self.epochs = Rungs(grace, eta, epochs, DIRECTIONS).epochs
+        self.eta = eta
+        self.records: dict[int, list[tuple[float, ...]]] = {}
+
+    def should_stop(self, trial: int, epoch: int, vector: Sequence[float]) -> bool:
+        from studies.asha import _crowding
+
+        if epoch not in self.epochs:
+            return False
+        recorded = self.records.setdefault(epoch, [])
+        stop = False
+        if recorded:
+            points = to_minimization([*recorded, tuple(vector)], DIRECTIONS)
+            ranks = nondominated_ranks(points)
+            crowd = np.zeros(len(points))
+            for r in np.unique(ranks):
+                members = np.flatnonzero(ranks == r)
+                crowd[members] = _crowding(points[members])
+            order = sorted(range(len(points)), key=lambda i: (ranks[i], -crowd[i]))
+            stop = order.index(len(points) - 1) / len(points) > 1 / self.eta
+        recorded.append(tuple(float(v) for v in vector))
+        return stop
+
+
+def _rungs_rule(rule: Rule) -> Callable[[int, int, int], Rungs]:
+    return lambda grace, eta, epochs: rule(grace, eta, epochs, DIRECTIONS)
+
+
+BUDGET_RULES: dict[str, Callable[[int, int, int], Any]] = {
+    **{name: _rungs_rule(rule) for name, rule in RULES.items()},
+    "Tune ASHA (accuracy)": TuneAsha,
+    "Syne MOASHA": MoashaRule,
+}
+
+
+def under_budget(rule: Any, curves: list[Curve], budget: int, epochs: int,
+                 workers: int = 2) -> tuple[list[list[float]], int]:
+    """``curves`` (in this order) under ``rule`` with ``workers`` at once until ``budget``
+    epochs are trained: the final vectors of the trials that finished the full epochs, and the
+    number of trials started."""
+    queue = list(curves)
+    running: list[list[Any]] = []  # [curve, epochs trained]
+    finished: list[list[float]] = []
+    used = started = 0
+    while used < budget:
+        while len(running) < workers and queue:
+            running.append([queue.pop(0), 0])
+            started += 1
+        if not running:
+            break
+        for slot in list(running):
+            if used >= budget:
+                break
+            c = slot[0]
+            slot[1] += 1
+            used += 1
+            epoch = slot[1]
+            vector = [c["values"][epoch - 1], *c["cost"]]
+            if epoch >= epochs:
+                finished.append(vector)
+                running.remove(slot)
+            elif rule.should_stop(c["number"], epoch, vector):
+                running.remove(slot)
+    return finished, started
+
+
+def summarise_budget(task: Task, runs: list[list[Curve]], reference: list[float], budget: int,
+                     orders: int) -> None:
+    print(f"\n{task.key}: {budget} epochs per run, {orders} random orders of each seed's "
+          f"{[len(r) for r in runs]} trials; grace {task.grace}, reduction "
+          f"{task.reduction_factor}, {task.epochs} epochs")
+    print(f"  {'rule':<24}{'HV at budget':>14}{'[p10-p90]':>18}{'started':>9}{'finished':>10}")
+    for name, make in BUDGET_RULES.items():
+        hvs, started, done = [], [], []
+        for seed, curves in enumerate(runs):
+            rng = np.random.default_rng(seed)
+            for _ in range(orders):
+                order = [curves[i] for i in rng.permutation(len(curves))]
+                finals, n = under_budget(make(task.grace, task.reduction_factor, task.epochs),
+                                         order, budget, task.epochs)
+                hvs.append(normalized_hypervolume(finals, DIRECTIONS, reference))
+                started.append(n)
+                done.append(len(finals))
+        lo, hi = np.percentile(hvs, [10, 90])
+        print(f"  {name:<24}{statistics.mean(hvs):>14.4f}{f'[{lo:.4f}-{hi:.4f}]':>18}"
+              f"{statistics.mean(started):>9.1f}{statistics.mean(done):>10.1f}")
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
@@ -146,6 +278,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--trials", type=int, default=12)
     parser.add_argument("--keep", type=Path, default=None, help="write the curves here")
+    parser.add_argument("--budget", type=int, default=None,
+                        help="also replay each rule under this budget of epochs")
+    parser.add_argument("--orders", type=int, default=200,
+                        help="random trial orders per seed under --budget")
     parser.add_argument("--replay", type=Path, default=None,
                         help="replay the curves kept here instead of training")
     args = parser.parse_args()
@@ -177,6 +313,9 @@ def main() -> None:
         ray.shutdown()
     for task in tasks:
         summarise(task, runs.get(task.key, []), task.reference())
+        if args.budget:
+            summarise_budget(task, runs.get(task.key, []), task.reference(), args.budget,
+                             args.orders)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ and the hypervolume still count only trials trained to the full epochs.
 
 ``auto`` is NSGA-II whose first generation (and the parameters it mutates) are drawn by a
 multivariate TPE: TPE while the trials are few, evolution once a generation has filled.
+``costaware`` (``studies.costaware``) learns only the metric: it costs candidate architectures
+exactly before choosing one.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from nas.errors import ConfigError
+from studies.costaware import CostAwareSampler
 
 __all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "StoppedTrialsView", "make_sampler", "stopped_values"]
 
@@ -93,6 +96,7 @@ SAMPLERS: dict[str, Factory] = {
     "auto": _auto,
     "random": optuna.samplers.RandomSampler,
     "qmc": optuna.samplers.QMCSampler,
+    "costaware": CostAwareSampler,
 }
 #: The samplers that draw without reading past trials: they need no view.
 _MEMORYLESS = {"random", "qmc"}

@@ -43,7 +43,8 @@ from studies._snapshot import asking_study
 from studies._tally import Tally
 from studies._trials import StudyRun, base_settings, suggest
 from studies.constraints import cost_dict, violations
-from studies.record import Status, TrialKey
+from studies.costaware import Costing, bind
+from studies.record import Status, StudyKey, TrialKey
 from studies.storage import StorageError, retrying, session
 
 if TYPE_CHECKING:  # the cost model (torch) is imported when the first trial is costed
@@ -123,6 +124,18 @@ def _known_results(trials: list[optuna.trial.FrozenTrial]) -> dict[str, _Known]:
     return out
 
 
+def _reference(run: StudyRun) -> list[float | None] | None:
+    """The study's stored reference point where it is one entry (a finite number or null) per
+    objective; None (derived from the trials) otherwise: a database value is only data."""
+    raw = run.study.user_attrs.get(StudyKey.REFERENCE)
+    if not isinstance(raw, list) or len(raw) != len(run.spec.objectives):
+        return None
+    if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                             and math.isfinite(v)) for v in raw):
+        return None
+    return [None if v is None else float(v) for v in raw]
+
+
 class StudySearcher(Searcher):
     """Tune searcher over a stored Optuna study, shaped as Ray's ``OptunaSearch``.
 
@@ -165,6 +178,11 @@ class StudySearcher(Searcher):
         #: profile costing gave (``TrialResources.from_profile``) and sent in the config as
         #: ``memory_estimate``; None: not sent.
         self.resources: TrialResources | None = None
+        metric = [i for i, o in enumerate(spec.objectives) if o.source == "metric"]
+        if metric:  # a cost-aware sampler costs its candidates as this searcher costs a trial
+            bind(run.study.sampler, Costing(self._cost_of, self._key_of, metric[0],
+                                            list(spec.directions), _reference(run),
+                                            spec.fidelity.epochs))
 
     @property
     def halted(self) -> str:
@@ -318,6 +336,33 @@ class StudySearcher(Searcher):
         self._show(tick=True)
 
     # ------------------------------------------------------------------ ask, map, cost
+    def _cost_of(self, trial: optuna.Trial) -> tuple[str, list[float]] | None:
+        """A cost-aware sampler's candidate (a scratch trial): what it trains (the key reuse
+        matches on) and its cost objectives in objective order, or None where the space refuses
+        it or it breaks a constraint. Its cost is kept for the launch, as a trial's is."""
+        spec = self.run.spec
+        try:
+            config, overrides = suggest(self.run.space, trial, spec.smoke)
+            known = self.costs.get(config.arch_id) or _cost_and_memory(config, self.geometry)
+        except NasError:
+            return None
+        self.costs[config.arch_id] = known
+        if violations(spec, known[0]) is not None:
+            return None
+        cost = cost_dict(known[0])
+        key = _result_key(config.arch_id, {**self.settings_base, **overrides})
+        return key, [float(cost[o.name]) for o in spec.objectives if o.source == "cost"]
+
+    def _key_of(self, params: dict[str, Any]) -> str | None:
+        """What a trial with ``params`` trains (the key reuse matches on); None where the space
+        maps them to nothing."""
+        try:
+            config, overrides = suggest(self.run.space, optuna.trial.FixedTrial(params),
+                                        self.run.spec.smoke)
+        except (NasError, ValueError):
+            return None
+        return _result_key(config.arch_id, {**self.settings_base, **overrides})
+
     def _ask(self) -> _Candidate | None:
         """Ask for a trial, map its parameters to an architecture and cost it; reject it or
         reuse a known result (None), or return it to train."""

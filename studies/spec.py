@@ -283,6 +283,15 @@ class StudySpec:
         sampler = _mapping(data.get("sampler") or dict(DEFAULT_SAMPLER), "sampler")
         if not isinstance(sampler.get("name"), str):
             raise ConfigError("Study key `sampler` needs a `name`, e.g. {name: nsga2}.")
+        if sampler["name"] == "costaware":  # it learns the metric alone, the costs it computes
+            metrics = [o for o in objectives if o.source == "metric"]
+            later = [o.name for o in objectives if o.source not in ("metric", "cost")]
+            if later or len(metrics) != 1:
+                raise ConfigError(
+                    "Sampler 'costaware' needs the task's metric and costs known before "
+                    "training (params, madds) as the objectives; "
+                    + (f"{later[0]!r} is measured after training." if later
+                       else "the objectives have no metric."))
 
         budget_d = _mapping(data.get("budget"), "budget")
         _only(budget_d, ("trials", "timeout_minutes"), "budget")
