@@ -19,7 +19,7 @@ Five arms, each on two tasks and the same seeds, each with two trials at once:
 (a:NAME) with ``--samplers``: arm (a) again with each sampler named (``studies.samplers``),
     side by side in the same tables: how the default sampler is chosen.
 
-Tasks: ``digits`` (the quickstart study: tiny ViTs on digits, its sampler (GP),
+Tasks: ``digits`` (the quickstart study: tiny ViTs on digits, its sampler (``costaware``),
 params <= 2e5, at most 10 batches an epoch) and ``vqa`` (the ``lw_transformer`` space on
 ``synthetic-vqa`` at ``smoke`` scale, the engine's default sampler, params <= 3.2e5: about half
 the space's draws). Of the smoke-scale captioning and VQA spaces, VQA was chosen: on two busy
@@ -87,7 +87,7 @@ from studies.samplers import DEFAULT_SAMPLER, SAMPLERS
 
 TASKS = {
     "digits": Task("digits", "digits", "quickstart", smoke=False, epochs=4, params_max=2.0e5,
-                   sampler={"name": "gp"}, population=6,
+                   sampler={"name": "costaware"}, population=6,
                    train={"batch_size": 64, "warmup_epochs": 0.5, "max_steps_per_epoch": 10}),
     "vqa": Task("vqa", "synthetic-vqa", "lw_transformer", smoke=True, epochs=4,
                 params_max=3.2e5, sampler=dict(DEFAULT_SAMPLER)),

@@ -30,10 +30,22 @@ from optuna.trial import FrozenTrial, TrialState
 from nas.errors import ConfigError
 from studies.costaware import CostAwareSampler
 
-__all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "StoppedTrialsView", "make_sampler", "stopped_values"]
+__all__ = ["DEFAULT_SAMPLER", "MEASURED_DEFAULT", "SAMPLERS", "StoppedTrialsView",
+           "default_sampler", "make_sampler", "stopped_values"]
 
 #: The sampler a study file without ``sampler`` gets (chosen by ``benchmarks/search.py``).
-DEFAULT_SAMPLER: Mapping[str, Any] = {"name": "gp"}
+DEFAULT_SAMPLER: Mapping[str, Any] = {"name": "costaware"}
+#: The default where an objective is measured after training (``latency_ms``), which
+#: ``costaware`` cannot know before it: the best measured of the others.
+MEASURED_DEFAULT: Mapping[str, Any] = {"name": "gp"}
+
+
+def default_sampler(sources: Sequence[str]) -> dict[str, Any]:
+    """The default sampler of a study whose objectives come from ``sources`` (``metric``,
+    ``cost``, ``measured``): :data:`DEFAULT_SAMPLER` where its one metric and its costs are
+    all it learns, else :data:`MEASURED_DEFAULT`."""
+    known = sources.count("metric") == 1 and all(s in ("metric", "cost") for s in sources)
+    return dict(DEFAULT_SAMPLER if known else MEASURED_DEFAULT)
 
 
 def _tpe(*, seed: int | None = None, multivariate: bool = True, constant_liar: bool = True,

@@ -32,7 +32,7 @@ from typing import Any, Literal
 from nas.errors import ConfigError
 from nas.loading import read_mapping
 from studies.record import OBJECTIVES, Direction, Objective
-from studies.samplers import DEFAULT_SAMPLER
+from studies.samplers import DEFAULT_SAMPLER, default_sampler
 from studies.smoke import Smoke, parse_smoke
 
 __all__ = [
@@ -280,7 +280,8 @@ class StudySpec:
         _only(constraints, _CONSTRAINTS, "constraints")
         constraints = {k: float(_number(v, f"constraints.{k}")) for k, v in constraints.items()}
 
-        sampler = _mapping(data.get("sampler") or dict(DEFAULT_SAMPLER), "sampler")
+        sampler = _mapping(data.get("sampler")
+                           or default_sampler([o.source for o in objectives]), "sampler")
         if not isinstance(sampler.get("name"), str):
             raise ConfigError("Study key `sampler` needs a `name`, e.g. {name: nsga2}.")
         if sampler["name"] == "costaware":  # it learns the metric alone, the costs it computes
