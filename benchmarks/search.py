@@ -42,17 +42,10 @@ ended before), the seeds on which (a) is at least that arm, and the epochs (a) n
 that arm's median final hypervolume with the ratio to that arm's epochs; and the issue's
 targets for (a) and each ``a:NAME``.
 
-Time: the default (5 seeds, 12 trials, arms a-e, both tasks: 50 arm-runs) took 28 min 21 s
-on a nearly idle two-core machine (2026-11-26; digits 15 min, VQA 13 min), as estimated
-before it ran: one epoch of either task costs
-1.0-1.5 s of CPU (``evaluate_trial`` for one epoch, model build and evaluation included, one
-torch thread; measured 2026-11-25), an arm-run trains 23-37 epochs (29 on average in the runs
-below), so training is about 50 x 29 x 1.5 s / 2 cores = 18 minutes, plus per trial a Ray
-start, the cost model and the database (about 2 s of CPU: some 6 minutes over two cores) and
-the sampler's draw in the driver (GP: about 1 s, some 10 minutes, partly overlapping the
-training). ``--quick`` (1 seed, 6 trials) is a tenth of that. On two cores shared with other
-jobs (load 20-35) one seed of five engine arms on one task took 22-24 minutes
-(``--samplers tpe,gp,auto --arms a,d``, 2026-11-25).
+Time: the default (5 seeds, 24 epochs per arm, task and seed, arms a-e, both tasks: 50
+arm-runs) and one more engine arm (``--samplers costaware``: 60 arm-runs) took 48 min 22 s on a
+nearly idle two-core machine (2026-11-27; digits 22 min, VQA 26 min), so the default alone is
+about 40 minutes. ``--quick`` (1 seed, 12 epochs) took 4.5 minutes.
 """
 
 from __future__ import annotations
