@@ -51,13 +51,8 @@ from _search_arms import DIRECTIONS, Task
 from search import TASKS
 
 from studies import create_study, run_study
-from studies.asha import Rungs
-from studies.pareto import (
-    nondominated_mask,
-    nondominated_ranks,
-    normalized_hypervolume,
-    to_minimization,
-)
+from studies.asha import Rungs, priority_order
+from studies.pareto import nondominated_mask, normalized_hypervolume, to_minimization
 from studies.stored import trial_attrs
 
 Curve = dict[str, Any]  # {"number", "cost": [params, madds], "values": [acc per epoch]}
@@ -141,21 +136,13 @@ class MoashaRule:
         self.records: dict[int, list[tuple[float, ...]]] = {}
 
     def should_stop(self, trial: int, epoch: int, vector: Sequence[float]) -> bool:
-        from studies.asha import _crowding
-
         if epoch not in self.epochs:
             return False
         recorded = self.records.setdefault(epoch, [])
         stop = False
         if recorded:
-            points = to_minimization([*recorded, tuple(vector)], DIRECTIONS)
-            ranks = nondominated_ranks(points)
-            crowd = np.zeros(len(points))
-            for r in np.unique(ranks):
-                members = np.flatnonzero(ranks == r)
-                crowd[members] = _crowding(points[members])
-            order = sorted(range(len(points)), key=lambda i: (ranks[i], -crowd[i]))
-            stop = order.index(len(points) - 1) / len(points) > 1 / self.eta
+            _, order = priority_order(to_minimization([*recorded, tuple(vector)], DIRECTIONS))
+            stop = order.index(len(recorded)) / (len(recorded) + 1) > 1 / self.eta
         recorded.append(tuple(float(v) for v in vector))
         return stop
 

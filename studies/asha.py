@@ -22,7 +22,7 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from studies.pareto import nondominated_ranks, to_minimization
 
-__all__ = ["MultiObjectiveASHA", "Rungs"]
+__all__ = ["MultiObjectiveASHA", "Rungs", "priority_order"]
 
 
 def _crowding(points: np.ndarray) -> np.ndarray:
@@ -37,6 +37,17 @@ def _crowding(points: np.ndarray) -> np.ndarray:
         if span > 0:
             distance[order[1:-1]] += (points[order[2:], j] - points[order[:-2], j]) / span
     return distance
+
+
+def priority_order(points: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """The non-dominated rank of each row of ``points`` (minimisation) and the rows best first:
+    by rank, then by crowding distance within a rank (wider first)."""
+    ranks = nondominated_ranks(points)
+    crowd = np.zeros(len(points))
+    for r in np.unique(ranks):
+        members = np.flatnonzero(ranks == r)
+        crowd[members] = _crowding(points[members])
+    return ranks, sorted(range(len(points)), key=lambda i: (ranks[i], -crowd[i]))
 
 
 @dataclass
@@ -74,16 +85,10 @@ class Rungs:
         if len(peers) < max(self.eta, self.min_peers):
             return False
         ids = list(peers)
-        points = to_minimization([peers[i] for i in ids], self.directions)
-        ranks = nondominated_ranks(points)
+        ranks, order = priority_order(to_minimization([peers[i] for i in ids], self.directions))
         me = ids.index(trial)
         if ranks[me] == 0 and self.keep_nondominated:
             return False
-        crowd = np.zeros(len(ids))
-        for r in np.unique(ranks):
-            members = np.flatnonzero(ranks == r)
-            crowd[members] = _crowding(points[members])
-        order = sorted(range(len(ids)), key=lambda i: (ranks[i], -crowd[i]))
         keep = set(order[: max(1, len(ids) // self.eta)])
         return me not in keep
 

@@ -44,7 +44,7 @@ from studies._tally import Tally
 from studies._trials import StudyRun, base_settings, suggest
 from studies.constraints import cost_dict, violations
 from studies.costaware import Costing, bind
-from studies.record import Status, StudyKey, TrialKey
+from studies.record import Status, TrialKey
 from studies.storage import StorageError, retrying, session
 
 if TYPE_CHECKING:  # the cost model (torch) is imported when the first trial is costed
@@ -124,16 +124,16 @@ def _known_results(trials: list[optuna.trial.FrozenTrial]) -> dict[str, _Known]:
     return out
 
 
-def _reference(run: StudyRun) -> list[float | None] | None:
-    """The study's stored reference point where it is one entry (a finite number or null) per
-    objective; None (derived from the trials) otherwise: a database value is only data."""
-    raw = run.study.user_attrs.get(StudyKey.REFERENCE)
-    if not isinstance(raw, list) or len(raw) != len(run.spec.objectives):
+def _reference(run: StudyRun) -> tuple[float | None, ...] | None:
+    """The study's stored reference point as ``studies.stored`` parses it; None (derived from
+    the trials) where it is missing or does not parse: a database value is only data."""
+    from studies.stored import StoredValueError, study_attrs
+
+    try:
+        return study_attrs(run.spec.name, run.study.user_attrs, len(run.study.directions),
+                           full=False).reference
+    except StoredValueError:
         return None
-    if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
-                             and math.isfinite(v)) for v in raw):
-        return None
-    return [None if v is None else float(v) for v in raw]
 
 
 class StudySearcher(Searcher):
