@@ -149,7 +149,6 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
         if candidates < 1 or n_startup_trials < 0 or mc_samples < 1:
             raise ValueError("candidates and mc_samples must be at least 1, n_startup_trials "
                              "at least 0")
-        self._seed = seed
         self._rng = np.random.default_rng(seed)
         self._random = optuna.samplers.RandomSampler(seed=seed)
         self.candidates, self.n_startup_trials, self.mc_samples = (
@@ -188,12 +187,13 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
         costing = self.costing
         if costing is None or trial.system_attrs.get("fixed_params"):  # an enqueued trial
             return
-        observed = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                    if t.values is not None and len(t.values) == len(costing.directions)]
+        trials = study.get_trials(deepcopy=False)
+        observed = [t for t in trials if t.state == TrialState.COMPLETE and t.values is not None
+                    and len(t.values) == len(costing.directions)]
         if len(observed) < self.n_startup_trials:
             return
         drawn, dists = self._draw(costing)
-        known = {self._key(costing, t) for t in study.get_trials(deepcopy=False)}
+        known = {self._key(costing, t) for t in trials}
         fresh = [(p, c) for p, c, key in drawn if key not in known]  # reuse teaches nothing
         if fresh:
             self._chosen[trial._trial_id] = self._choose(costing, observed, fresh, dists)

@@ -31,7 +31,7 @@ from nas.errors import ConfigError
 from studies.costaware import CostAwareSampler
 
 __all__ = ["DEFAULT_SAMPLER", "MEASURED_DEFAULT", "SAMPLERS", "StoppedTrialsView",
-           "default_sampler", "make_sampler", "stopped_values"]
+           "default_sampler", "known_before_training", "make_sampler", "stopped_values"]
 
 #: The sampler a study file without ``sampler`` gets (chosen by ``benchmarks/search.py``).
 DEFAULT_SAMPLER: Mapping[str, Any] = {"name": "costaware"}
@@ -40,12 +40,17 @@ DEFAULT_SAMPLER: Mapping[str, Any] = {"name": "costaware"}
 MEASURED_DEFAULT: Mapping[str, Any] = {"name": "gp"}
 
 
+def known_before_training(sources: Sequence[str]) -> bool:
+    """Whether objectives from ``sources`` (``metric``, ``cost``, ``measured``) are one metric
+    and costs known before training: what ``costaware`` needs."""
+    return sources.count("metric") == 1 and all(s in ("metric", "cost") for s in sources)
+
+
 def default_sampler(sources: Sequence[str]) -> dict[str, Any]:
-    """The default sampler of a study whose objectives come from ``sources`` (``metric``,
-    ``cost``, ``measured``): :data:`DEFAULT_SAMPLER` where its one metric and its costs are
-    all it learns, else :data:`MEASURED_DEFAULT`."""
-    known = sources.count("metric") == 1 and all(s in ("metric", "cost") for s in sources)
-    return dict(DEFAULT_SAMPLER if known else MEASURED_DEFAULT)
+    """The default sampler of a study whose objectives come from ``sources``:
+    :data:`DEFAULT_SAMPLER` where :func:`known_before_training`, else
+    :data:`MEASURED_DEFAULT`."""
+    return dict(DEFAULT_SAMPLER if known_before_training(sources) else MEASURED_DEFAULT)
 
 
 def _tpe(*, seed: int | None = None, multivariate: bool = True, constant_liar: bool = True,

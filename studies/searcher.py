@@ -48,6 +48,7 @@ from studies.record import Status, TrialKey
 from studies.storage import StorageError, retrying, session
 
 if TYPE_CHECKING:  # the cost model (torch) is imported when the first trial is costed
+    from nas.config import ArchConfig
     from nas.cost import Cost
     from nas.memory import MemoryProfile
     from studies.cluster import TrialResources
@@ -336,6 +337,13 @@ class StudySearcher(Searcher):
         self._show(tick=True)
 
     # ------------------------------------------------------------------ ask, map, cost
+    def _cost(self, config: ArchConfig) -> Cost:
+        """``config``'s cost, from its training-memory profile's one traced pass, computed once
+        per architecture (``costs``: the launch reads the profile there)."""
+        if config.arch_id not in self.costs:
+            self.costs[config.arch_id] = _cost_and_memory(config, self.geometry)
+        return self.costs[config.arch_id][0]
+
     def _cost_of(self, trial: optuna.Trial) -> tuple[str, list[float]] | None:
         """A cost-aware sampler's candidate (a scratch trial): what it trains (the key reuse
         matches on) and its cost objectives in objective order, or None where the space refuses
@@ -343,15 +351,14 @@ class StudySearcher(Searcher):
         spec = self.run.spec
         try:
             config, overrides = suggest(self.run.space, trial, spec.smoke)
-            known = self.costs.get(config.arch_id) or _cost_and_memory(config, self.geometry)
+            cost = self._cost(config)
         except NasError:
             return None
-        self.costs[config.arch_id] = known
-        if violations(spec, known[0]) is not None:
+        if violations(spec, cost) is not None:
             return None
-        cost = cost_dict(known[0])
+        costs = cost_dict(cost)
         key = _result_key(config.arch_id, {**self.settings_base, **overrides})
-        return key, [float(cost[o.name]) for o in spec.objectives if o.source == "cost"]
+        return key, [float(costs[o.name]) for o in spec.objectives if o.source == "cost"]
 
     def _key_of(self, params: dict[str, Any]) -> str | None:
         """What a trial with ``params`` trains (the key reuse matches on); None where the space
@@ -379,12 +386,10 @@ class StudySearcher(Searcher):
                 self._reject(trial, str(exc), {})
                 return None
         try:
-            known = self.costs.get(config.arch_id) or _cost_and_memory(config, self.geometry)
+            cost = self._cost(config)
         except NasError as exc:  # a space that lets an invalid config through: record, go on
             self._reject(trial, str(exc), {})
             return None
-        self.costs[config.arch_id] = known
-        cost = known[0]
         settings = {**self.settings_base, **train_overrides}
         attrs = {TrialKey.ARCH: config.to_dict(), TrialKey.ARCH_ID: config.arch_id,
                  TrialKey.COST: cost_dict(cost), TrialKey.TRAIN: settings}

@@ -32,7 +32,7 @@ from typing import Any, Literal
 from nas.errors import ConfigError
 from nas.loading import read_mapping
 from studies.record import OBJECTIVES, Direction, Objective
-from studies.samplers import DEFAULT_SAMPLER, default_sampler
+from studies.samplers import DEFAULT_SAMPLER, default_sampler, known_before_training
 from studies.smoke import Smoke, parse_smoke
 
 __all__ = [
@@ -280,19 +280,17 @@ class StudySpec:
         _only(constraints, _CONSTRAINTS, "constraints")
         constraints = {k: float(_number(v, f"constraints.{k}")) for k, v in constraints.items()}
 
-        sampler = _mapping(data.get("sampler")
-                           or default_sampler([o.source for o in objectives]), "sampler")
+        sources = [o.source for o in objectives]
+        sampler = _mapping(data.get("sampler") or default_sampler(sources), "sampler")
         if not isinstance(sampler.get("name"), str):
             raise ConfigError("Study key `sampler` needs a `name`, e.g. {name: nsga2}.")
-        if sampler["name"] == "costaware":  # it learns the metric alone, the costs it computes
-            metrics = [o for o in objectives if o.source == "metric"]
+        if sampler["name"] == "costaware" and not known_before_training(sources):
             later = [o.name for o in objectives if o.source not in ("metric", "cost")]
-            if later or len(metrics) != 1:
-                raise ConfigError(
-                    "Sampler 'costaware' needs the task's metric and costs known before "
-                    "training (params, madds) as the objectives; "
-                    + (f"{later[0]!r} is measured after training." if later
-                       else "the objectives have no metric."))
+            raise ConfigError(
+                "Sampler 'costaware' needs the task's metric and costs known before training "
+                "(params, madds) as the objectives; "
+                + (f"{later[0]!r} is measured after training." if later
+                   else "the objectives have no metric."))
 
         budget_d = _mapping(data.get("budget"), "budget")
         _only(budget_d, ("trials", "timeout_minutes"), "budget")
