@@ -9,8 +9,8 @@ failed trial adds nothing to the front), so the arms are scored the same way.
 Every arm runs on the same budget of epochs (:class:`Budget`): it starts trials until it has
 trained that many epochs or counted ``cap`` trials, each the way its tool stops a run: this
 engine by growing its study's trial budget as ``nas resume --trials`` does until the epochs are
-spent, Tune by a ``Stopper`` whose ``stop_all`` fires at the budget, Syne Tune by its
-``StoppingCriterion(max_num_evaluations=...)`` (one evaluation per epoch reported).
+spent, Tune by a ``Stopper`` whose ``stop_all`` fires at the budget, Syne Tune by its cost
+budget, ``StoppingCriterion(max_cost=...)`` over the epochs each trial reports trained.
 """
 
 from __future__ import annotations
