@@ -2,7 +2,7 @@
 
     python benchmarks/search.py [--quick] [--seeds 5] [--tasks digits,vqa]
                                 [--arms a,b,c,d,e] [--trials N] [--budget EPOCHS]
-                                [--sampler tpe] [--samplers tpe,gp,auto,nsga2]
+                                [--sampler tpe] [--samplers tpe,gp,auto,nsga2] [--keep DIR]
 
 Five arms, each on two tasks and the same seeds, each with two trials at once:
 
@@ -51,6 +51,7 @@ about 40 minutes. ``--quick`` (1 seed, 12 epochs) took 4.5 minutes.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import statistics
@@ -269,6 +270,9 @@ def main() -> None:
     parser.add_argument("--samplers", default="",
                         help="comma-separated: also run arm (a) with each of these samplers, as "
                              "arms a:NAME side by side (e.g. tpe,gp,auto,nsga2)")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="also write each task's and seed's curves (epochs trained, "
+                             "hypervolume, per arm) to DIR/TASK-SEED.json")
     parser.add_argument("--syne-python", type=Path,
                         default=Path(__file__).resolve().parent.parent / ".venv-bench/bin/python",
                         help="the python of the Syne Tune environment (make bench-env)")
@@ -309,6 +313,10 @@ def main() -> None:
                 run = run_seed(task, arms, seed, budget, tmp, sampler, args.syne_python,
                                skipped)
                 results.setdefault(key, []).append(run)
+                if args.keep is not None:
+                    args.keep.mkdir(parents=True, exist_ok=True)
+                    (args.keep / f"{key}-{seed}.json").write_text(json.dumps(
+                        {"budget": run.budget, "curves": run.curves}))
                 print(f"{key} seed {seed} done after {time.perf_counter() - start:.0f} s",
                       flush=True)
                 if seed + 1 < seeds:  # the tables so far: a run cut short keeps them

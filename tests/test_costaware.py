@@ -96,10 +96,31 @@ def test_unbound_or_in_its_start_up_it_draws_as_the_random_sampler() -> None:
             t = study.ask()
             study.tell(t, [t.suggest_float("x", 0, 1), 1.0])
     assert [t.params for t in unbound.trials] == [t.params for t in plain.trials]
-    sampler, bound = _bound(n_startup_trials=2)
+    sampler, bound = _bound(n_startup_trials=2, startup="random")
     t = bound.ask()
     t.suggest_float("x", 0, 1)
     assert not sampler._chosen  # no trial finished: a random draw
+
+
+def test_its_start_up_trains_the_cheapest_candidates_first() -> None:
+    """Before any trial has finished, every candidate has the same prior on the metric: the
+    largest expected improvement is the cheapest candidate, and the next trial, asked while
+    the first runs, is the cheapest of its own draw that the first does not dominate."""
+    sampler, study = _bound(candidates=16, n_startup_trials=2)
+    first = study.ask()
+    x = first.suggest_float("x", 0.0, 1.0)
+    chosen, _, predicted = sampler._chosen[first._trial_id]
+    assert chosen == {"x": x} and predicted == pytest.approx(0.5)  # between reference and 1
+    # The candidates: a random sampler's draws at the first seed the sampler's generator gives.
+    draws = optuna.create_study(sampler=optuna.samplers.RandomSampler(
+        seed=int(np.random.default_rng(0).integers(2**31))))
+    candidates = [draws.ask().suggest_float("x", 0.0, 1.0) for _ in range(16)]
+    assert x == min(c for c in candidates if c <= 0.9)
+    second = study.ask()
+    y = second.suggest_float("x", 0.0, 1.0)
+    assert second._trial_id in sampler._chosen and y != x and y < 0.5
+    with pytest.raises(ValueError, match="startup must be one of cost, random"):
+        CostAwareSampler(startup="best")
 
 
 def test_the_gaussian_process_fits_what_it_saw_and_is_unsure_away_from_it() -> None:
@@ -136,9 +157,9 @@ def test_a_study_with_an_objective_measured_after_training_is_refused() -> None:
 @pytest.mark.usefixtures("ray_local")
 @pytest.mark.timeout(600)
 def test_a_study_run_by_the_engine_trains_the_candidates_it_chose(tmp_path: Path) -> None:
-    """Through the engine: its searcher binds the study's costing, the trials after the
-    start-up are ones the sampler chose among costed candidates, never an architecture trained
-    before (reuse teaches nothing), and each meets the constraint."""
+    """Through the engine: its searcher binds the study's costing, every trial (start-up too:
+    chosen by cost) is one the sampler chose among costed candidates, never an architecture
+    trained before (reuse teaches nothing), and each meets the constraint."""
     data = h.study_dict("costaware", budget={"trials": 6}, sampler={"name": "costaware",
                                                                      "candidates": 6})
     run = create_study(StudySpec.from_dict(data), f"sqlite:///{tmp_path / 's.db'}",
@@ -158,7 +179,8 @@ def test_a_study_run_by_the_engine_trains_the_candidates_it_chose(tmp_path: Path
     inner.before_trial = spy  # type: ignore[method-assign]
     run_study(run, evaluator=h.instant, progress=False)
     trials = {t.number: t for t in run.study.get_trials(deepcopy=False)}
-    assert chosen and min(chosen) >= 2  # after its two start-up trials
+    assert {0, 1} <= set(chosen)  # the start-up's trials too (a draw with every candidate
+    # trained before goes to the random sampler)
     for number, params in chosen.items():
         trial = trials[number]
         assert trial.params == params  # the engine trained what the sampler chose
