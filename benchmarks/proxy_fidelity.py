@@ -115,9 +115,8 @@ class Setup:
 
 
 SETUPS: dict[str, Setup] = {
-    "digits": Setup("digits", "quickstart", 2.0e5, proxy_epochs=4, full_epochs=5,
-                    proxy_train={"batch_size": 64, "warmup_epochs": 0.5,
-                                 "max_steps_per_epoch": 10},
+    "digits": Setup("digits", "quickstart", 2.0e5, proxy_epochs=16, full_epochs=64,
+                    proxy_train={"batch_size": 64, "warmup_epochs": 0.5},
                     full_train={"batch_size": 64, "warmup_epochs": 0.5}),
     "vqa": Setup("synthetic-vqa", "lw_transformer", 3.2e5, proxy_epochs=4, full_epochs=6,
                  smoke=True),
@@ -241,33 +240,53 @@ def measure(name: str, setup: Setup, args: argparse.Namespace, runner: Runner) -
     full_jobs = [Job(setup.task, arch, {**full_base, **over}) for arch, over, _ in drawn]
     proxy, proxy_wall = runner.run(proxy_jobs)
     full, full_wall = runner.run(full_jobs)
+    # More seeds of the full training: the full score is their mean (the seed's noise out of
+    # the truth a proxy is judged by), as ``nas promote --seeds`` scores a promoted trial.
+    more = [Job(setup.task, arch, {**full_base, **over, "seed": seed})
+            for seed in range(1, args.full_seeds) for arch, over, _ in drawn]
+    extra, extra_wall = runner.run(more)
+    full_wall += extra_wall
+    by_seed = [full] + [extra[i * len(drawn):(i + 1) * len(drawn)]
+                        for i in range(args.full_seeds - 1)]
     noisy = drawn[: args.noise_archs]
     noise_jobs = [Job(setup.task, arch, {**full_base, **over, "seed": seed})
                   for arch, over, _ in noisy for seed in range(1, args.noise_seeds)]
     noise, noise_wall = runner.run(noise_jobs)
 
-    print("  arch id       params      lr  dropout  proxy score  full score")
-    rows = sorted(zip(drawn, proxy, full, strict=True), key=lambda r: -(r[2]["value"] or 0.0))
-    for (arch, over, params), p, f in rows:
+    def done(*rows: dict[str, Any]) -> bool:
+        return all(r["status"] == "completed" for r in rows)
+
+    kept = [i for i in range(len(drawn)) if done(proxy[i], *(s[i] for s in by_seed))]
+    mean = {i: statistics.mean(s[i]["value"] for s in by_seed) for i in kept}
+    print(f"  arch id       params      lr  dropout  proxy score  full score"
+          f"{' (mean of seeds 0-' + str(args.full_seeds - 1) + ')' if args.full_seeds > 1 else ''}")
+    for i in sorted(kept, key=lambda i: -mean[i]):
+        arch, over, params = drawn[i]
         cfg_id = Job(setup.task, arch, {}).key()[:12]
         drop = over.get("dropout")
+        each = (" [" + " ".join(f"{s[i]['value']:.4f}" for s in by_seed) + "]"
+                if args.full_seeds > 1 else "")
         print(f"  {cfg_id}  {params:>7,}  {over.get('lr', float('nan')):.1e}  "
-              f"{'-' if drop is None else f'{drop:.2f}':>7}  {p['value'] or 0.0:>11.4f}  "
-              f"{f['value'] or 0.0:>10.4f}")
-    pairs = [(p["value"], f["value"]) for p, f in zip(proxy, full, strict=True)
-             if p["status"] == "completed" and f["status"] == "completed"]
-    tau, rho = rank_agreement([p for p, _ in pairs], [f for _, f in pairs])
-    finals = sorted(f for _, f in pairs)
+              f"{'-' if drop is None else f'{drop:.2f}':>7}  {proxy[i]['value']:>11.4f}  "
+              f"{mean[i]:>10.4f}{each}")
+    tau, rho = rank_agreement([proxy[i]["value"] for i in kept], [mean[i] for i in kept])
+    finals = sorted(mean.values())
     gaps = [b - a for a, b in itertools.pairwise(finals)]
-    print(f"{name}: Kendall tau {_fmt(tau)}, Spearman rho {_fmt(rho)} over {len(pairs)} pairs "
+    print(f"{name}: Kendall tau {_fmt(tau)}, Spearman rho {_fmt(rho)} over {len(kept)} pairs "
           f"({len(set(finals))} distinct full scores, {finals[0]:.4f} - {finals[-1]:.4f}; "
           f"median gap between neighbours {statistics.median(gaps) if gaps else 0:.4f})")
+    if args.full_seeds > 1:  # how far one full seed ranks as another: the truth's own noise
+        one = [proxy[i]["value"] for i in kept]
+        seed0 = [by_seed[0][i]["value"] for i in kept]
+        seed1 = [by_seed[1][i]["value"] for i in kept]
+        print(f"{name}: against full seed 0 alone: tau {_fmt(rank_agreement(one, seed0)[0])}; "
+              f"full seed 1 against full seed 0: tau {_fmt(rank_agreement(seed1, seed0)[0])}")
     for (arch, _, _), f in zip(noisy, full, strict=False):
         seeds = [f["value"], *(n["value"] for n, j in zip(noise, noise_jobs, strict=True)
                                if j.arch == arch)]
         print(f"  seed spread {Job(setup.task, arch, {}).key()[:12]}: "
               f"{' '.join(f'{v:.4f}' for v in seeds)} (max - min {max(seeds) - min(seeds):.4f})")
-    train_s = (sum(r["seconds"] for r in proxy), sum(r["seconds"] for r in full))
+    train_s = (sum(r["seconds"] for r in proxy), sum(r["seconds"] for r in full + extra))
     print(f"{name}: seconds proxy {proxy_wall:.0f} wall ({train_s[0]:.0f} in training), full "
           f"{full_wall:.0f} wall ({train_s[1]:.0f} in training)"
           f"{f', seed spread {noise_wall:.0f} wall' if noise_jobs else ''}; cached results "
@@ -284,6 +303,9 @@ def main() -> None:
                         help="override a proxy training setting (or epochs)")
     parser.add_argument("--full", action="append", default=[], metavar="KEY=VALUE",
                         help="override a full training setting (or epochs)")
+    parser.add_argument("--full-seeds", type=int, default=1,
+                        help="seeds of each full training (0 .. N-1); the full score is their "
+                             "mean")
     parser.add_argument("--noise-archs", type=int, default=0,
                         help="configurations also trained at full fidelity with more seeds")
     parser.add_argument("--noise-seeds", type=int, default=3, help="seeds of those, with 0")
@@ -291,9 +313,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="4 pairs, full at 2 epochs")
     parser.add_argument("--cache", type=Path, default=None, help="JSON-lines results cache")
     args = parser.parse_args()
-    if args.pairs < 2 or args.workers < 1 or args.noise_archs < 0 or args.noise_seeds < 1:
-        parser.error("--pairs >= 2, --workers >= 1, --noise-archs >= 0 and --noise-seeds >= 1 "
-                     "must hold")
+    if args.pairs < 2 or args.workers < 1 or args.noise_archs < 0 or args.noise_seeds < 1 \
+            or args.full_seeds < 1:
+        parser.error("--pairs >= 2, --workers >= 1, --noise-archs >= 0, --noise-seeds >= 1 "
+                     "and --full-seeds >= 1 must hold")
     full_sets = _parse_sets(args.full)
     if args.quick:
         args.pairs = min(args.pairs, 4)
