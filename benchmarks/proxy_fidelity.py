@@ -22,10 +22,10 @@ full scores, says whether the full ranking is above the seed noise. The pairs us
 
 The tasks (``SETUPS``):
 
-- ``digits``: the ``quickstart`` space on ``digits`` (params <= 2e5); the proxy is the search
-  benchmark's (``benchmarks/search.py``): 4 epochs of at most 10 batches (40 batches); full is
-  5 whole epochs (23 batches each, 115 batches). The shipped quickstart study trains 16 whole
-  epochs: too slow for 12 pairs on a shared two-core machine (``--full epochs=16`` runs it).
+- ``digits``: the shipped ``quickstart`` study on ``digits`` (params <= 2e5): the proxy is its
+  trial (16 whole epochs of 23 batches), full is what ``nas promote`` trains by default (4x: 64
+  whole epochs). The search benchmark's cheaper proxy (4 epochs of at most 10 batches against 5
+  whole epochs) is ``--proxy epochs=4 --proxy max_steps_per_epoch=10 --full epochs=5``.
 - ``vqa``: the ``lw_transformer`` space on ``synthetic-vqa`` at smoke scale (width 64, depth 2;
   params <= 3.2e5, about half the space's draws); the proxy is a smoke study's trial (4 epochs
   of at most 10 batches, ``studies.smoke``: 40 batches); full is 6 whole epochs (63 batches
@@ -34,27 +34,37 @@ The tasks (``SETUPS``):
 
 ``--proxy`` / ``--full`` override a setting of either side (a training key, e.g.
 ``--proxy warmup_epochs=0 --proxy schedule=constant``); ``--quick`` is ``--pairs 4`` with full
-at 2 epochs, to check the script. ``--cache FILE`` keeps each training's result in a JSON-lines
-file keyed by its task, architecture and settings, so a run that changes only the proxy reuses
-the full trainings. Trainings run ``--workers`` at a time, one torch thread each.
+at 2 epochs, to check the script. ``--full-seeds N`` trains every full configuration with seeds
+0 .. N-1 and scores it by their mean (as ``nas promote --seeds`` scores a promoted trial), and
+also prints tau against seed 0 alone and between full seeds 1 and 0: how far one full training
+ranks as another, the ceiling of a comparison against one seed. ``--cache FILE`` keeps each
+training's result in a JSON-lines file keyed by its task, architecture and settings, so a run
+that changes only the proxy reuses the full trainings. Trainings run ``--workers`` at a time,
+one torch thread each.
 
-Measured on two cores shared with other jobs (load 18-38, 2026-11-25), draw seed 0, 12 pairs:
+Measured, draw seed 0, 12 pairs (2026-11-27, two cores, with ``benchmarks/search.py`` running
+beside it; a training is deterministic per seed, so the 2026-11-25 figures recur exactly):
 
-- vqa, proxy as shipped (cosine, warm-up 0.5 epoch, 4 x 10 batches of 64): Kendall tau +0.35,
-  Spearman rho +0.53; full scores 0.349-0.471, 12 distinct, median gap between neighbours
-  0.008. Seconds: proxy 310 wall (845 in training), full 2864 wall (8375 in training), 3 at once.
-- vqa, ``--proxy schedule=constant --proxy warmup_epochs=0`` (same batches): tau +0.52, rho
-  +0.73; with ``--proxy batch_size=32`` as well (half the samples: smoke keeps 10 batches an
-  epoch): tau +0.54, rho +0.71. Neither reaches 0.75; the shipped defaults are unchanged.
-- Seed noise of the full score (two seeds, 12-epoch runs, read at epochs 6 and 12): 0.004-0.030,
-  as large as most gaps between neighbouring full scores: against one full seed, tau is capped
-  well below 1 whatever the proxy. Configurations with a learning rate below about 3e-4 score at
-  or below chance (0.139) after 40 batches and catch up by 6 epochs: the proxy ranks them by
-  learning rate more than by architecture.
-- digits as above (proxy 4 x 10 batches, full 5 whole epochs): tau +0.14, rho +0.22; full
-  scores 0.350-0.458 (10 distinct, median gap 0.008), proxy scores 0.186-0.264: neither side
-  is trained far enough here to rank (the quickstart study's 16 epochs reach 0.95-0.98).
-  Seconds: proxy about 840 wall (1478 in training), full 1809 wall (3589 in training), 2 at once.
+- vqa, full scored by the mean of 3 seeds (``--task vqa --full-seeds 3 --cache FILE``; full
+  trainings 1239 s in all, 36 of them): one full seed ranks as another with tau +0.758 (seed 1
+  against seed 0), so a proxy compared with one seed can barely reach 0.75 even if it were
+  perfect. Against the 3-seed mean (scores 0.350-0.457, median gap 0.007): the shipped proxy
+  (cosine, warm-up 0.5 epoch, 4 x 10 batches of 64; 62 s of training for 12) tau +0.504 (+0.351
+  against seed 0 alone, as on 2026-11-25); ``--proxy schedule=constant --proxy
+  warmup_epochs=0`` +0.606; with ``batch_size=32`` as well (half the samples) +0.667; with
+  ``batch_size=16`` (a quarter) +0.748, but +0.594 at 8 epochs of those batches and -0.144 at
+  16, where every configuration sits at the question-prior plateau (0.354-0.373); cosine with
+  ``batch_size=16`` +0.485. No setting reaches 0.75 and the best ones are not stable in their
+  epochs: the 40-batch proxy measures how fast a configuration leaves the plateau, which the
+  learning rate decides more than the architecture (draws below about 3e-4 are near chance at
+  40 batches and catch up by 6 epochs). The shipped defaults are unchanged.
+- digits at the quickstart's fidelity (16 against 64 whole epochs, one seed): tau -0.125, rho
+  -0.095; full scores 0.947-0.981 (9 distinct; the 360 validation images make one image
+  0.0028; median gap 0.0028), proxy scores 0.547-0.928: at 16 epochs the higher learning rates
+  lead, at 64 the lower ones catch up and pass them. Seconds: proxy 374 wall (743 in training),
+  full 1165 wall (2291 in training), 2 at once.
+- Earlier (2026-11-25, load 18-38): digits at 4 x 10 batches against 5 whole epochs tau +0.14
+  (neither side trained far enough: full 0.350-0.458).
 """
 
 from __future__ import annotations
