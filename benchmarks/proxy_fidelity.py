@@ -58,11 +58,13 @@ beside it; a training is deterministic per seed, so the 2026-11-25 figures recur
   epochs: the 40-batch proxy measures how fast a configuration leaves the plateau, which the
   learning rate decides more than the architecture (draws below about 3e-4 are near chance at
   40 batches and catch up by 6 epochs). The shipped defaults are unchanged.
-- digits at the quickstart's fidelity (16 against 64 whole epochs, one seed): tau -0.125, rho
-  -0.095; full scores 0.947-0.981 (9 distinct; the 360 validation images make one image
-  0.0028; median gap 0.0028), proxy scores 0.547-0.928: at 16 epochs the higher learning rates
-  lead, at 64 the lower ones catch up and pass them. Seconds: proxy 374 wall (743 in training),
-  full 1165 wall (2291 in training), 2 at once.
+- digits at the quickstart's fidelity (16 against 64 whole epochs; ``--task digits
+  --full-seeds 2``): one full seed ranks as the other with tau +0.000: at 64 epochs these 12
+  configurations are alike within a seed's noise (full scores 0.946-0.981; the 360 validation
+  images make one image 0.0028; seed spread up to 0.022), so no proxy can show a rank there.
+  The proxy against seed 0 tau -0.125 (rho -0.095), against the 2-seed mean -0.233; proxy
+  scores 0.547-0.928: at 16 epochs the higher learning rates lead. Seconds: proxy 374 wall (743
+  in training), full 2181 wall in two runs (4301 in training for 24), 2 at once.
 - Earlier (2026-11-25, load 18-38): digits at 4 x 10 batches against 5 whole epochs tau +0.14
   (neither side trained far enough: full 0.350-0.458).
 """
