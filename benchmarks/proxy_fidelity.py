@@ -2,8 +2,8 @@
 
     python benchmarks/proxy_fidelity.py [--task digits|vqa] [--pairs 12] [--draw-seed 0]
                                         [--proxy KEY=VALUE ...] [--full KEY=VALUE ...]
-                                        [--noise-archs 0] [--noise-seeds 3] [--workers 2]
-                                        [--quick] [--cache FILE]
+                                        [--full-seeds 1] [--workers 2] [--quick]
+                                        [--cache FILE]
 
 Per task (both unless ``--task``), ``--pairs`` configurations are drawn from the task's search
 space as its study draws them: Optuna's ``RandomSampler`` seeded with ``--draw-seed``, each
@@ -15,10 +15,10 @@ kept configuration is trained twice with the engine's trial settings
 and seed, then the space's overrides): once at the proxy fidelity, once at the full one. Printed:
 each pair, Kendall's tau-b and Spearman's rho between proxy and full score
 (``studies.fidelity.rank_agreement``), the number of pairs and of distinct full scores, the
-seconds of each phase (wall, and the trainings' own sum), and both settings. With
-``--noise-archs N`` the first N configurations are also trained at full fidelity with seeds
-1 .. ``--noise-seeds``-1: their spread (max - min), against the median gap between neighbouring
-full scores, says whether the full ranking is above the seed noise. The pairs use seed 0.
+seconds of each phase (wall, and the trainings' own sum), and both settings. The proxy trains
+with seed 0; ``--full-seeds N`` (below) trains each full configuration with N seeds, whose
+spread (max - min) against the median gap between neighbouring full scores says whether the
+full ranking is above the seed noise.
 
 The tasks (``SETUPS``):
 
@@ -253,21 +253,14 @@ def measure(name: str, setup: Setup, args: argparse.Namespace, runner: Runner) -
     print(f"proxy settings: {json.dumps(proxy_base, sort_keys=True)}")
     print(f"full settings:  {json.dumps(full_base, sort_keys=True)}", flush=True)
     proxy_jobs = [Job(setup.task, arch, {**proxy_base, **over}) for arch, over, _ in drawn]
-    full_jobs = [Job(setup.task, arch, {**full_base, **over}) for arch, over, _ in drawn]
+    # Every configuration at full fidelity with seeds 0 .. N-1: the full score is their mean
+    # (the seed's noise out of the truth a proxy is judged by), as ``nas promote --seeds``
+    # scores a promoted trial.
+    full_jobs = [Job(setup.task, arch, {**full_base, **over, "seed": seed})
+                 for seed in range(args.full_seeds) for arch, over, _ in drawn]
     proxy, proxy_wall = runner.run(proxy_jobs)
     full, full_wall = runner.run(full_jobs)
-    # More seeds of the full training: the full score is their mean (the seed's noise out of
-    # the truth a proxy is judged by), as ``nas promote --seeds`` scores a promoted trial.
-    more = [Job(setup.task, arch, {**full_base, **over, "seed": seed})
-            for seed in range(1, args.full_seeds) for arch, over, _ in drawn]
-    extra, extra_wall = runner.run(more)
-    full_wall += extra_wall
-    by_seed = [full] + [extra[i * len(drawn):(i + 1) * len(drawn)]
-                        for i in range(args.full_seeds - 1)]
-    noisy = drawn[: args.noise_archs]
-    noise_jobs = [Job(setup.task, arch, {**full_base, **over, "seed": seed})
-                  for arch, over, _ in noisy for seed in range(1, args.noise_seeds)]
-    noise, noise_wall = runner.run(noise_jobs)
+    by_seed = [full[k * len(drawn):(k + 1) * len(drawn)] for k in range(args.full_seeds)]
 
     def done(*rows: dict[str, Any]) -> bool:
         return all(r["status"] == "completed" for r in rows)
@@ -280,8 +273,9 @@ def measure(name: str, setup: Setup, args: argparse.Namespace, runner: Runner) -
         arch, over, params = drawn[i]
         cfg_id = Job(setup.task, arch, {}).key()[:12]
         drop = over.get("dropout")
-        each = (" [" + " ".join(f"{s[i]['value']:.4f}" for s in by_seed) + "]"
-                if args.full_seeds > 1 else "")
+        seeds = [s[i]["value"] for s in by_seed]
+        each = (f" [{' '.join(f'{v:.4f}' for v in seeds)}; max - min "
+                f"{max(seeds) - min(seeds):.4f}]" if args.full_seeds > 1 else "")
         print(f"  {cfg_id}  {params:>7,}  {over.get('lr', float('nan')):.1e}  "
               f"{'-' if drop is None else f'{drop:.2f}':>7}  {proxy[i]['value']:>11.4f}  "
               f"{mean[i]:>10.4f}{each}")
@@ -297,16 +291,10 @@ def measure(name: str, setup: Setup, args: argparse.Namespace, runner: Runner) -
         seed1 = [by_seed[1][i]["value"] for i in kept]
         print(f"{name}: against full seed 0 alone: tau {_fmt(rank_agreement(one, seed0)[0])}; "
               f"full seed 1 against full seed 0: tau {_fmt(rank_agreement(seed1, seed0)[0])}")
-    for (arch, _, _), f in zip(noisy, full, strict=False):
-        seeds = [f["value"], *(n["value"] for n, j in zip(noise, noise_jobs, strict=True)
-                               if j.arch == arch)]
-        print(f"  seed spread {Job(setup.task, arch, {}).key()[:12]}: "
-              f"{' '.join(f'{v:.4f}' for v in seeds)} (max - min {max(seeds) - min(seeds):.4f})")
-    train_s = (sum(r["seconds"] for r in proxy), sum(r["seconds"] for r in full + extra))
+    train_s = (sum(r["seconds"] for r in proxy), sum(r["seconds"] for r in full))
     print(f"{name}: seconds proxy {proxy_wall:.0f} wall ({train_s[0]:.0f} in training), full "
-          f"{full_wall:.0f} wall ({train_s[1]:.0f} in training)"
-          f"{f', seed spread {noise_wall:.0f} wall' if noise_jobs else ''}; cached results "
-          "count 0 wall", flush=True)
+          f"{full_wall:.0f} wall ({train_s[1]:.0f} in training, {len(full)} trainings); cached "
+          "results count 0 wall", flush=True)
 
 
 def main() -> None:
@@ -322,17 +310,12 @@ def main() -> None:
     parser.add_argument("--full-seeds", type=int, default=1,
                         help="seeds of each full training (0 .. N-1); the full score is their "
                              "mean")
-    parser.add_argument("--noise-archs", type=int, default=0,
-                        help="configurations also trained at full fidelity with more seeds")
-    parser.add_argument("--noise-seeds", type=int, default=3, help="seeds of those, with 0")
     parser.add_argument("--workers", type=int, default=2, help="trainings at once")
     parser.add_argument("--quick", action="store_true", help="4 pairs, full at 2 epochs")
     parser.add_argument("--cache", type=Path, default=None, help="JSON-lines results cache")
     args = parser.parse_args()
-    if args.pairs < 2 or args.workers < 1 or args.noise_archs < 0 or args.noise_seeds < 1 \
-            or args.full_seeds < 1:
-        parser.error("--pairs >= 2, --workers >= 1, --noise-archs >= 0, --noise-seeds >= 1 "
-                     "and --full-seeds >= 1 must hold")
+    if args.pairs < 2 or args.workers < 1 or args.full_seeds < 1:
+        parser.error("--pairs >= 2, --workers >= 1 and --full-seeds >= 1 must hold")
     full_sets = _parse_sets(args.full)
     if args.quick:
         args.pairs = min(args.pairs, 4)
