@@ -33,6 +33,7 @@ from typing import Any
 import optuna
 import pytest
 import torch
+from tiny_models import one_sample
 from torch.utils.flop_counter import FlopCounterMode
 
 from nas.config import ArchConfig
@@ -40,10 +41,8 @@ from nas.cost import cost_and_memory, estimate_cost, estimate_params
 from nas.memory import memory_profile
 from nas.models import create_model, resolve_task
 from nas.presets import PRESETS, get_preset
-from nas.radix import UNK, RadixTokenizer, WordTokenizer
-from nas.tasks import TaskGeometry, decoder_positions
+from nas.tasks import TaskGeometry
 from search_spaces import SearchSpace, load_space
-from trainers.tasks.collate import collate
 
 CASES_PER_FAMILY = 8
 
@@ -115,43 +114,11 @@ def _draw(family: str, seed: int) -> ArchConfig:
 
 
 # ----------------------------------------------------------------------------- inputs
-def _words(task: TaskGeometry) -> list[str]:
-    """The task's words: its word-level vocabulary minus PAD, BOS and EOS, ``<unk>`` last."""
-    words = [f"w{i}" for i in range(task.num_outputs - 4)] + [UNK]
-    assert WordTokenizer(words).vocab_size == task.num_outputs
-    return words
-
-
-def _inputs(config: ArchConfig, task: TaskGeometry, gen: torch.Generator) -> dict[str, Any]:
-    """One sample of ``task`` as the family's ``forward`` takes it, built from the geometry."""
-    if task.kind == "image":
-        return {"images": torch.randn(1, task.in_chans, task.image_size, task.image_size,
-                                      generator=gen)}
-    regions = torch.randn(1, task.regions, task.region_dim, generator=gen)
-    corners = torch.rand(1, task.regions, 2, 2, generator=gen).sort(dim=-1).values
-    boxes = torch.cat([corners[..., 0], corners[..., 1] + 1e-2], dim=-1)  # x0, y0, x1, y1
-    if task.kind == "vqa":
-        question = torch.randint(1, task.question_vocab, (1, task.question_tokens), generator=gen)
-        out = {"question": question, "regions": regions}
-        return {**out, "boxes": boxes} if config.family == "lxmert" else out
-    words = _words(task)
-    tokenizer = (WordTokenizer(words) if config.radix_base is None
-                 else RadixTokenizer(words, config.radix_base))
-    picks = torch.randint(0, len(words), (task.caption_words,), generator=gen).tolist()
-    caption = [words[i] for i in picks]
-    item = {"regions": regions[0], "boxes": boxes[0], "caption": caption,
-            "references": [caption]}
-    batch = collate("caption", [item], tokenizer)  # what the trainer feeds the decoder
-    per_word = tokenizer.digits if isinstance(tokenizer, RadixTokenizer) else 1
-    assert batch["tokens"].shape == (1, decoder_positions(task, per_word))
-    return {key: batch[key] for key in ("regions", "boxes", "tokens")}
-
-
 def _counted_madds(config: ArchConfig, task: TaskGeometry) -> int:
     """FLOPs / 2 of one forward pass of the real CPU network, as PyTorch's counter sees it."""
     torch.manual_seed(0)
     model = create_model(config, task).eval()
-    inputs = _inputs(config, task, torch.Generator().manual_seed(0))
+    inputs = one_sample(config, task, torch.Generator().manual_seed(0))
     counter = FlopCounterMode(display=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # oneDNN's TF32 note when toggling it

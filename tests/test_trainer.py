@@ -17,48 +17,14 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from tiny_models import DIGITS_DENSE, DIGITS_TINY, TINY, VIT_ARGS, fast, tiny
 
 import trainers.loop as loop
-from nas.config import ArchConfig
 from nas.errors import ConfigError
 from nas.loading import load_arch
 from nas_cli.main import main
 from trainers import EpochReport, TaskData, TrainConfig, get_task, learning_rate, train
 from trainers.loop import load_checkpoint, quick_defaults
-
-# name -> (preset, overrides making it tiny, task)
-TINY: dict[str, tuple[str, dict[str, Any], str]] = {
-    "mcan": ("mcan-small", {"d_model": 32, "d_ff": 64, "heads": 2, "encoder_layers": 1,
-                            "decoder_layers": 1}, "synthetic-vqa"),
-    "lxmert": ("lxmert", {"d_model": 32, "d_ff": 64, "heads": 2, "language_layers": 1,
-                          "vision_layers": 1, "cross_layers": 1}, "synthetic-vqa"),
-    "ort-word": ("ort-base", {"d_model": 32, "d_ff": 64, "heads": 2, "encoder_layers": 1,
-                              "decoder_layers": 1}, "synthetic-captions"),
-    "ort-radix": ("ort-base", {"d_model": 32, "d_ff": 64, "heads": 2, "encoder_layers": 1,
-                               "decoder_layers": 1, "radix_base": 16}, "synthetic-captions"),
-    "vit": ("deit-tiny", {"d_model": 32, "d_ff": 64, "heads": 2, "encoder_layers": 1,
-                          "patch_size": 8}, "digits"),
-    "swin": ("swin-tiny", {"d_model": 16, "d_ff": 32, "heads": 1, "depths": [1, 1],
-                           "patch_size": 4, "window_size": 4}, "digits"),
-}
-# The digits baseline and its ten-times-smaller rival, as in benchmarks/proxies.py.
-DIGITS_DENSE = {"d_model": 64, "d_ff": 256, "heads": 2, "encoder_layers": 4, "patch_size": 8}
-DIGITS_TINY = {"d_model": 32, "d_ff": 64, "heads": 2, "encoder_layers": 1, "patch_size": 8}
-VIT_ARGS = ["deit-tiny", "--set", "d_model=32", "--set", "d_ff=64", "--set", "heads=2",
-            "--set", "encoder_layers=1", "--set", "patch_size=8"]
-
-
-def tiny(name: str) -> ArchConfig:
-    preset, overrides, _ = TINY[name]
-    return load_arch(preset, overrides)
-
-
-def fast(**changes: Any) -> TrainConfig:
-    """A few constant-lr steps per epoch, short caption decoding, no dropout."""
-    settings: dict[str, Any] = {"epochs": 3, "batch_size": 32, "lr": 3e-3, "schedule": "constant",
-                                "warmup_epochs": 0.0, "max_steps_per_epoch": 6, "dropout": 0.0,
-                                "max_decode_len": 6, "eval_batch_size": 128}
-    return TrainConfig(**{**settings, **changes})
 
 
 @pytest.fixture(scope="module")

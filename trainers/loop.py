@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader
 from nas.config import ArchConfig
 from nas.cost import model_cost
 from nas.errors import ConfigError
-from nas.memory import check_training_memory, format_bytes, training_memory
+from nas.memory import check_training_memory, device_bytes, format_bytes, training_memory
 from nas.models import FamilyModel, create_model
 from nas.radix import RadixTokenizer, WordTokenizer, tokenizer_from_dict
 from trainers.devices import gpu_budget
@@ -270,24 +270,26 @@ def select_device(name: str = "auto") -> torch.device:
 def check_gpu_share(config: ArchConfig, cfg: TrainConfig, data: TaskData, fraction: float,
                     mem_info: tuple[int, int]) -> int:
     """The memory check of a trial that holds ``fraction`` of a GPU (``resources.gpu`` < 1):
-    the estimate (``nas.memory``) against :func:`trainers.devices.gpu_budget` of the card's
-    ``(free, total)`` bytes (``torch.cuda.mem_get_info``), not against all that is free.
+    the estimate with the CUDA libraries' share (``nas.memory.device_bytes``) against
+    :func:`trainers.devices.gpu_budget` of the card's ``(free, total)`` bytes
+    (``torch.cuda.mem_get_info``), not against all that is free.
 
     Raises:
         ConfigError: the estimate exceeds the trial's share (one line, both figures).
     """
     estimate = training_memory(config, data.geometry, cfg.batch_size,
                                eval_batch_size=cfg.eval_batch_size)
+    needed = device_bytes(estimate, "cuda")
     free, total = mem_info
     budget = gpu_budget(free, total, fraction)
-    if estimate.total > budget:
+    if needed > budget:
         raise ConfigError(
             f"Training arch {config.arch_id} ({config.family}, {estimate.params:,} params) at "
-            f"batch_size={cfg.batch_size} needs about {format_bytes(estimate.total)}, but the "
+            f"batch_size={cfg.batch_size} needs about {format_bytes(needed)}, but the "
             f"trial holds {fraction:g} of a GPU: {format_bytes(budget)} of its "
             f"{format_bytes(total)} ({format_bytes(free)} free); lower batch_size or "
             "eval_batch_size, raise resources.gpu, or choose a smaller architecture.")
-    return estimate.total
+    return needed
 
 
 def seed_everything(seed: int) -> None:
@@ -384,6 +386,8 @@ def train(
     (:func:`check_gpu_share`), and PyTorch's allocator is held to it.
     """
     device = select_device(cfg.device)
+    if device.type == "cuda" and device.index is None:  # the allocator's fraction needs an index
+        device = torch.device("cuda", torch.cuda.current_device())
     # Bounds before allocation: estimated on the meta device, refused when it cannot fit.
     if device.type == "cuda" and gpu_fraction < 1:
         check_gpu_share(config, cfg, data, gpu_fraction, torch.cuda.mem_get_info(device))
