@@ -44,8 +44,7 @@ from nas.presets import get_preset  # noqa: E402
 #: preset -> training batch of the measurement (the papers' per-GPU batches or less)
 PRESET_BATCHES = {"deit-tiny": 64, "swin-tiny": 16, "mcan-small": 32, "lxmert": 16,
                   "ort-base": 16, "acort-small": 16}
-TINY_TASKS = {"mcan": "synthetic-vqa", "lxmert": "synthetic-vqa", "ort-word": "synthetic-captions",
-              "ort-radix": "synthetic-captions", "vit": "digits", "swin": "digits"}
+
 
 
 def _peak(run: Callable[[], None]) -> int:
