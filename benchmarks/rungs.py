@@ -51,25 +51,35 @@ from _search_arms import DIRECTIONS, Task
 from search import TASKS
 
 from studies import create_study, run_study
+from studies._tune import validation_samples
 from studies.asha import Rungs, priority_order
 from studies.pareto import nondominated_mask, normalized_hypervolume, to_minimization
 from studies.stored import trial_attrs
 
 Curve = dict[str, Any]  # {"number", "cost": [params, madds], "values": [acc per epoch]}
-Rule = Callable[[int, int, int, Sequence[str]], Rungs]
+Rule = Callable[[int, int, int, Sequence[str], int | None], Rungs]
 
-#: The rules replayed: the shipped one and any variant ``studies.asha.Rungs`` offers.
+#: The rules replayed: the shipped one (accuracies compared within the noise of the task's
+#: ``samples`` validation samples) and the variants ``studies.asha.Rungs`` offers.
 RULES: dict[str, Rule] = {
-    "shipped": lambda grace, eta, epochs, directions: Rungs(grace, eta, epochs, directions),
-    "ranked only": lambda grace, eta, epochs, directions: Rungs(
+    "shipped": lambda grace, eta, epochs, directions, samples: Rungs(
+        grace, eta, epochs, directions, samples=samples),
+    "exact dominance": lambda grace, eta, epochs, directions, samples: Rungs(
+        grace, eta, epochs, directions),
+    "ranked only": lambda grace, eta, epochs, directions, samples: Rungs(
         grace, eta, epochs, directions, keep_nondominated=False),
-    "min 4 peers": lambda grace, eta, epochs, directions: Rungs(
-        grace, eta, epochs, directions, min_peers=4),
-    "min 6 peers": lambda grace, eta, epochs, directions: Rungs(
-        grace, eta, epochs, directions, min_peers=6),
-    "no stopping": lambda grace, eta, epochs, directions: Rungs(
+    "min 4 peers": lambda grace, eta, epochs, directions, samples: Rungs(
+        grace, eta, epochs, directions, min_peers=4, samples=samples),
+    "min 6 peers": lambda grace, eta, epochs, directions, samples: Rungs(
+        grace, eta, epochs, directions, min_peers=6, samples=samples),
+    "no stopping": lambda grace, eta, epochs, directions, samples: Rungs(
         grace, eta, epochs, directions, min_peers=10**9),
 }
+
+
+def samples_of(task: Task) -> int | None:
+    """The validation samples the engine's rungs compare ``task``'s accuracies within."""
+    return validation_samples(task.spec("samples", 0, 1, task.sampler))
 
 
 def train_curves(task: Task, seed: int, trials: int, tmp: Path) -> list[Curve]:
@@ -147,14 +157,15 @@ class MoashaRule:
         return stop
 
 
-def _rungs_rule(rule: Rule) -> Callable[[int, int, int], Rungs]:
-    return lambda grace, eta, epochs: rule(grace, eta, epochs, DIRECTIONS)
+def _rungs_rule(rule: Rule) -> Callable[[int, int, int, int | None], Rungs]:
+    return lambda grace, eta, epochs, samples: rule(grace, eta, epochs, DIRECTIONS, samples)
 
 
-BUDGET_RULES: dict[str, Callable[[int, int, int], Any]] = {
+#: Every rule under a budget: made from (grace, eta, epochs, the task's validation samples).
+BUDGET_RULES: dict[str, Callable[[int, int, int, int | None], Any]] = {
     **{name: _rungs_rule(rule) for name, rule in RULES.items()},
-    "Tune ASHA (accuracy)": TuneAsha,
-    "Syne MOASHA": MoashaRule,
+    "Tune ASHA (accuracy)": lambda grace, eta, epochs, samples: TuneAsha(grace, eta, epochs),
+    "Syne MOASHA": lambda grace, eta, epochs, samples: MoashaRule(grace, eta, epochs),
 }
 
 
@@ -194,6 +205,7 @@ def summarise_budget(task: Task, runs: list[list[Curve]], reference: list[float]
     print(f"\n{task.key}: {budget} epochs per run, {orders} random orders of each seed's "
           f"{[len(r) for r in runs]} trials; grace {task.grace}, reduction "
           f"{task.reduction_factor}, {task.epochs} epochs")
+    samples = samples_of(task)
     print(f"  {'rule':<24}{'HV at budget':>14}{'[p10-p90]':>18}{'started':>9}{'finished':>10}")
     for name, make in BUDGET_RULES.items():
         hvs, started, done = [], [], []
@@ -201,8 +213,8 @@ def summarise_budget(task: Task, runs: list[list[Curve]], reference: list[float]
             rng = np.random.default_rng(seed)
             for _ in range(orders):
                 order = [curves[i] for i in rng.permutation(len(curves))]
-                finals, n = under_budget(make(task.grace, task.reduction_factor, task.epochs),
-                                         order, budget, task.epochs)
+                rule = make(task.grace, task.reduction_factor, task.epochs, samples)
+                finals, n = under_budget(rule, order, budget, task.epochs)
                 hvs.append(normalized_hypervolume(finals, DIRECTIONS, reference))
                 started.append(n)
                 done.append(len(finals))
@@ -221,7 +233,8 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
 def summarise(task: Task, runs: list[list[Curve]], reference: list[float]) -> None:
     print(f"\n{task.key}: {task.epochs} epochs, grace {task.grace}, reduction "
           f"{task.reduction_factor}; {len(runs)} seeds, {[len(r) for r in runs]} trials "
-          "trained to the end")
+          f"trained to the end; accuracies compared within {samples_of(task)} validation samples")
+    samples = samples_of(task)
     probe = Rungs(task.grace, task.reduction_factor, task.epochs, DIRECTIONS)
     for epoch in probe.epochs:
         rho = [spearman([c["values"][epoch - 1] for c in r], [c["values"][-1] for c in r])
@@ -237,7 +250,7 @@ def summarise(task: Task, runs: list[list[Curve]], reference: list[float]) -> No
         for curves in runs:
             if not curves:
                 continue
-            rungs = rule(task.grace, task.reduction_factor, task.epochs, DIRECTIONS)
+            rungs = rule(task.grace, task.reduction_factor, task.epochs, DIRECTIONS, samples)
             reached = replay(rungs, curves)
             finals = [[c["values"][-1], *c["cost"]] for c in curves]
             front = nondominated_mask(to_minimization(finals, DIRECTIONS))

@@ -261,8 +261,20 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
+def validation_samples(spec: StudySpec) -> int | None:
+    """The validation samples the built-in trainer measures a trial's accuracy on (its
+    task's validation split, built as the trials build it): the rungs' noise
+    (``studies.asha.Rungs.samples``). None where the study's own evaluator measures it."""
+    if spec.evaluator:
+        return None
+    from studies.worker import task_data
+
+    return len(task_data(spec.task, spec.task_options).val)
+
+
 def _rebuild_rungs(run: StudyRun) -> Rungs:
-    """ASHA's rung records from the per-epoch table (interrupted trials left no result)."""
+    """ASHA's rung records from the per-epoch table (interrupted trials left no result),
+    comparing accuracies within the noise of the task's validation split."""
     from studies.asha import Rungs
     from studies.storage import read_epochs
     from studies.stored import parsed_trials  # stored values are data: typed, one line if not
@@ -272,7 +284,7 @@ def _rebuild_rungs(run: StudyRun) -> Rungs:
     directions = [o.direction for o in spec.objectives if o.source == "metric"] + [
         o.direction for o in spec.objectives if o.source == "cost"]
     rungs = Rungs(spec.fidelity.grace_epochs, spec.fidelity.reduction_factor,
-                       spec.fidelity.epochs, directions)
+                  spec.fidelity.epochs, directions, samples=validation_samples(spec))
     with session(run.storage.url):
         trials = run.study.get_trials(deepcopy=False)
         rows = read_epochs(run.storage.engine, spec.name)

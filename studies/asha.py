@@ -4,10 +4,13 @@ Rungs sit at ``grace * eta**i`` epochs (below the full budget). When a trial rea
 objective vector there (the metric at that epoch, plus the cost objectives, which training does
 not change) joins the rung's record. It continues when it is non-dominated among the trials at
 that rung, or when it is in the best ``1/eta`` of them by non-dominated rank and crowding; a rung
-with fewer than ``eta`` trials lets everyone through. Stopped trials keep the fidelity they
-reached. ``Rungs`` is the pure bookkeeping (rebuilt from the per-epoch table on resume);
-``MultiObjectiveASHA`` is the Tune ``TrialScheduler`` around it (Tune's own ASHA and HyperBand
-take one metric).
+with fewer than ``eta`` trials lets everyone through. The engine's studies compare accuracies
+within their noise (``Rungs.samples``, the validation samples they are measured on): a peer
+dominates a trial only if its accuracy is higher by more than one standard error of the
+difference, at no higher cost, so a difference the validation split cannot resolve stops
+nothing. Stopped trials keep the fidelity they reached. ``Rungs`` is the pure bookkeeping
+(rebuilt from the per-epoch table on resume); ``MultiObjectiveASHA`` is the Tune
+``TrialScheduler`` around it (Tune's own ASHA and HyperBand take one metric).
 """
 
 from __future__ import annotations
@@ -63,6 +66,13 @@ class Rungs:
     min_peers: int = 0
     #: A trial non-dominated among its rung's records continues whatever its share.
     keep_nondominated: bool = True
+    #: The validation samples an accuracy-like metric (a share of samples, in [0, 1]) is
+    #: measured on. Where set, a trial counts as dominated at a rung only by a peer whose metric
+    #: beats its own by more than ``noise_z`` standard errors of the difference (each value's
+    #: binomial ``sqrt(p (1 - p) / samples)``) at no higher cost: a difference the validation
+    #: set cannot resolve stops nothing. None compares the values exactly.
+    samples: int | None = None
+    noise_z: float = 1.0
 
     @property
     def epochs(self) -> list[int]:
@@ -85,12 +95,28 @@ class Rungs:
         if len(peers) < max(self.eta, self.min_peers):
             return False
         ids = list(peers)
-        ranks, order = priority_order(to_minimization([peers[i] for i in ids], self.directions))
+        points = to_minimization([peers[i] for i in ids], self.directions)
+        ranks, order = priority_order(points)
         me = ids.index(trial)
-        if ranks[me] == 0 and self.keep_nondominated:
+        if self.keep_nondominated and not self._beaten(points, [peers[i][0] for i in ids], me,
+                                                       ranks):
             return False
         keep = set(order[: max(1, len(ids) // self.eta)])
         return me not in keep
+
+    def _beaten(self, points: np.ndarray, metric: list[float], me: int,
+                ranks: np.ndarray) -> bool:
+        """Whether a peer dominates row ``me`` of ``points`` (minimisation, the metric first):
+        exactly, or with ``samples`` beyond the metric's noise."""
+        if self.samples is None:
+            return bool(ranks[me] != 0)
+        p = np.clip(np.asarray(metric, dtype=float), 0.0, 1.0)
+        variance = p * (1 - p) / self.samples
+        margin = self.noise_z * np.sqrt(variance + variance[me])
+        beaten = ((points[:, 0] + margin < points[me, 0])
+                  & np.all(points[:, 1:] <= points[me, 1:], axis=1))
+        beaten[me] = False
+        return bool(beaten.any())
 
 
 class MultiObjectiveASHA(FIFOScheduler):

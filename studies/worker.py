@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # the workers import no storage code, and torch only to train
     from trainers.devices import Placement
 
 __all__ = ["EvaluatorUnavailable", "evaluate_trial", "evaluator_call", "measure_latency_ms",
-           "trainable"]
+           "task_data", "trainable"]
 
 _TASKS: dict[str, TaskData] = {}
 #: What the final report of a trial carries (the per-epoch reports carry ``epoch`` and its
@@ -44,7 +44,8 @@ class EvaluatorUnavailable(RuntimeError):
     """The worker cannot load the study's evaluator: not the trial's fault."""
 
 
-def _task(name: str, options: dict[str, Any]) -> TaskData:
+def task_data(name: str, options: dict[str, Any]) -> TaskData:
+    """``get_task(name, **options)``, built once per process."""
     from trainers import get_task
 
     key = json.dumps([name, options], sort_keys=True, default=str)
@@ -101,7 +102,7 @@ def evaluate_trial(
             return {"status": "failed", "reason": str(exc), "value": None, "epochs": [],
                     "seconds": 0.0, "samples_per_second": None, "arch_id": config.arch_id}
         fraction = placement.fraction
-    data = _task(task, task_options)
+    data = task_data(task, task_options)
     result = train(config, cfg, data, (lambda e: report(asdict(e))) if report else None,
                    checkpoint_dir=checkpoint_dir, gpu_fraction=fraction)
     out = result.to_dict()

@@ -46,6 +46,45 @@ def test_the_scheduler_stops_dominated_trials_at_a_rung() -> None:
     assert scheduler.on_trial_result(None, t2, _epoch(1, None)) == CONTINUE
 
 
+def test_with_samples_a_rung_stops_only_what_beats_the_validation_noise() -> None:
+    """On 360 validation samples an accuracy of 0.12 against 0.10 is within one standard error
+    of the difference (0.023): the costlier trial continues where exact dominance stops it; a
+    peer better by 0.10 at no higher cost still stops it, as does any peer of an exact rung."""
+    def decide(samples: int | None, first: float, second: float) -> bool:
+        rungs = Rungs(grace=1, eta=2, max_epochs=4, directions=["maximize", "minimize"],
+                      samples=samples)
+        assert not rungs.should_stop(0, 1, [first, 10.0])
+        return rungs.should_stop(1, 1, [second, 20.0])
+
+    assert decide(None, 0.12, 0.10)  # exact: dominated, outside the best half
+    assert not decide(360, 0.12, 0.10)  # 0.02 apart: within the noise
+    assert decide(360, 0.20, 0.10)  # 0.10 apart: beyond it
+    assert not decide(360, 0.10, 0.12)  # the costlier one is better: not dominated either way
+    assert not decide(None, 0.10, 0.12)
+    # One standard error of the difference of two accuracies p on n samples: sqrt(2 p (1-p) / n).
+    edge = (0.5 * 0.5 / 100 * 2) ** 0.5  # 0.0707 at p = 0.5, n = 100
+    assert not decide(100, 0.5 + edge - 0.01, 0.5)
+    assert decide(100, 0.5 + edge + 0.03, 0.5)
+
+
+def test_a_studys_rungs_know_its_validation_split(tmp_path) -> None:
+    """The engine builds a study's rungs with the size of the validation split its trials are
+    measured on (digits: 360 of 1,797 images), and none for a study whose own evaluator
+    measures accuracy."""
+    import study_helpers as h
+
+    from studies import StudySpec, create_study
+    from studies._tune import _rebuild_rungs, validation_samples
+    from trainers import get_task
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    spec = StudySpec.from_dict(h.study_dict("v", fidelity={"epochs": 4, "early_stopping": "asha"}))
+    run = create_study(spec, url, geometry=h.GEOMETRY)
+    assert _rebuild_rungs(run).samples == len(get_task("digits").val) == 360
+    own = StudySpec.from_dict(h.study_dict("o", evaluator="study_helpers:instant"))
+    assert validation_samples(own) is None
+
+
 @pytest.mark.parametrize("directions", [["maximize", "minimize"],
                                         ["maximize", "minimize", "minimize"]])
 def test_the_progress_hypervolume_is_the_last_of_the_history(directions) -> None:
