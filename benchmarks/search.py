@@ -43,10 +43,9 @@ that arm's median final hypervolume with the ratio to that arm's epochs; and the
 targets for (a) and each ``a:NAME``.
 
 Time: the default (5 seeds, 24 epochs per arm, task and seed, arms a-e, both tasks: 50
-arm-runs) and one more engine arm (``--samplers costaware``: 60 arm-runs) took 48 min 22 s on a
-nearly idle two-core machine (2026-11-27; digits 22 min, VQA 26 min), so the default alone is
-about 40 minutes (it took 93 min later that day with two proxy-fidelity trainings beside it at
-normal priority: Ray runs its workers at a lower one). ``--keep DIR`` writes each task's and
+arm-runs) took 43 min 38 s on an idle two-core machine (2026-11-27; digits 19 min, VQA 25 min;
+93 min earlier that day with two proxy-fidelity trainings beside it at normal priority: Ray runs
+its workers at a lower one). ``--keep DIR`` writes each task's and
 seed's curves as JSON. ``--quick`` (1 seed, 12 epochs) took 4.5 minutes.
 """
 
