@@ -264,12 +264,17 @@ def _first_line(exc: BaseException) -> str:
 def validation_samples(spec: StudySpec) -> int | None:
     """The validation samples the built-in trainer measures a trial's accuracy on (its
     task's validation split, built as the trials build it): the rungs' noise
-    (``studies.asha.Rungs.samples``). None where the study's own evaluator measures it."""
+    (``studies.asha.Rungs.samples``). None where the study's own evaluator measures it, or
+    where this process cannot build the task (a driver without the data its workers read, on
+    a resume): the rungs then compare exactly, as before the noise rule."""
     if spec.evaluator:
         return None
     from studies.worker import task_data
 
-    return len(task_data(spec.task, spec.task_options).val)
+    try:
+        return len(task_data(spec.task, spec.task_options).val)
+    except (NasError, OSError):
+        return None
 
 
 def _rebuild_rungs(run: StudyRun) -> Rungs:

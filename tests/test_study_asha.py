@@ -83,6 +83,10 @@ def test_a_studys_rungs_know_its_validation_split(tmp_path) -> None:
     assert _rebuild_rungs(run).samples == len(get_task("digits").val) == 360
     own = StudySpec.from_dict(h.study_dict("o", evaluator="study_helpers:instant"))
     assert validation_samples(own) is None
+    # A driver that cannot build the task (its files are elsewhere) compares exactly.
+    missing = StudySpec.from_dict(h.study_dict(
+        "m", task={"name": "coco-files", "root": str(tmp_path / "nowhere")}))
+    assert validation_samples(missing) is None
 
 
 @pytest.mark.parametrize("directions", [["maximize", "minimize"],
