@@ -22,14 +22,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_models import TINY, fast, one_sample, tiny
+from tiny_models import TINY, fast, one_sample, tiny, tiny_tasks
 from torch.utils.flop_counter import FlopCounterMode
 
 import trainers.loop as loop
 from nas.cost import estimate_cost
 from nas.models import create_model, resolve_task
 from nas.presets import get_preset
-from trainers import TaskData, get_task, train
+from trainers import TaskData, train
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,11 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def tasks() -> dict[str, TaskData]:
-    return {
-        "synthetic-vqa": get_task("synthetic-vqa", train_size=192, val_size=64),
-        "synthetic-captions": get_task("synthetic-captions", train_size=192, val_size=32),
-        "digits": get_task("digits"),
-    }
+    return tiny_tasks()
 
 
 @pytest.mark.parametrize("bf16", [True, False], ids=["bf16", "fp16-scaler"])
@@ -89,12 +85,10 @@ def test_what_the_check_plans_for_bounds_the_cuda_allocators_peak(name: str) -> 
     script = textwrap.dedent(f"""
         import torch
         from nas.memory import device_bytes, training_memory
-        from tiny_models import TINY, fast, tiny
-        from trainers import get_task
-        from trainers import train
+        from tiny_models import TINY, TINY_TASK_OPTIONS, fast, tiny
+        from trainers import get_task, train
         task = TINY[{name!r}][2]
-        data = get_task(task, **({{}} if task == "digits" else {{"train_size": 192,
-                                                                "val_size": 64}}))
+        data = get_task(task, **TINY_TASK_OPTIONS[task])
         cfg = fast(epochs=1, max_steps_per_epoch=4, batch_size=32, device="cuda")
         estimate = training_memory(tiny({name!r}), data.geometry, cfg.batch_size,
                                    eval_batch_size=cfg.eval_batch_size)

@@ -17,24 +17,20 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from tiny_models import DIGITS_DENSE, DIGITS_TINY, TINY, VIT_ARGS, fast, tiny
+from tiny_models import DIGITS_DENSE, DIGITS_TINY, TINY, VIT_ARGS, fast, tiny, tiny_tasks
 
 import trainers.loop as loop
 from nas.errors import ConfigError
 from nas.loading import load_arch
 from nas_cli.main import main
-from trainers import EpochReport, TaskData, TrainConfig, get_task, learning_rate, train
+from trainers import EpochReport, TaskData, TrainConfig, learning_rate, train
 from trainers.loop import load_checkpoint, quick_defaults
 
 
 @pytest.fixture(scope="module")
 def tasks() -> dict[str, TaskData]:
     """Each built-in proxy task, small enough to train and evaluate in a second."""
-    return {
-        "synthetic-vqa": get_task("synthetic-vqa", train_size=192, val_size=64),
-        "synthetic-captions": get_task("synthetic-captions", train_size=192, val_size=32),
-        "digits": get_task("digits"),
-    }
+    return tiny_tasks()
 
 
 # ----------------------------------------------------------------------------- learning

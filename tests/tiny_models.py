@@ -12,7 +12,7 @@ from nas.config import ArchConfig
 from nas.loading import load_arch
 from nas.radix import UNK, RadixTokenizer, WordTokenizer
 from nas.tasks import TaskGeometry, decoder_positions
-from trainers import TrainConfig
+from trainers import TaskData, TrainConfig, get_task
 from trainers.tasks.collate import collate
 
 # name -> (preset, overrides making it tiny, task)
@@ -40,6 +40,19 @@ VIT_ARGS = ["deit-tiny", "--set", "d_model=32", "--set", "d_ff=64", "--set", "he
 def tiny(name: str) -> ArchConfig:
     preset, overrides, _ = TINY[name]
     return load_arch(preset, overrides)
+
+
+#: Each built-in proxy task, small enough to train and evaluate in a second (digits as it is).
+TINY_TASK_OPTIONS: dict[str, dict[str, Any]] = {
+    "synthetic-vqa": {"train_size": 192, "val_size": 64},
+    "synthetic-captions": {"train_size": 192, "val_size": 32},
+    "digits": {},
+}
+
+
+def tiny_tasks() -> dict[str, TaskData]:
+    """The tasks of :data:`TINY_TASK_OPTIONS`, built."""
+    return {name: get_task(name, **options) for name, options in TINY_TASK_OPTIONS.items()}
 
 
 def fast(**changes: Any) -> TrainConfig:
