@@ -40,6 +40,7 @@ from nas.loading import load_arch  # noqa: E402
 from nas.memory import training_memory  # noqa: E402
 from nas.models import create_model, resolve_task  # noqa: E402
 from nas.presets import get_preset  # noqa: E402
+from trainers import get_task  # noqa: E402
 
 #: preset -> training batch of the measurement (the papers' per-GPU batches or less)
 PRESET_BATCHES = {"deit-tiny": 64, "swin-tiny": 16, "mcan-small": 32, "lxmert": 16,
@@ -100,8 +101,6 @@ def main() -> int:
     print(f"CUDA libraries' workspaces (first matrix product): {fixed / 2**20:.2f} MiB")
     cases: list[tuple[str, ArchConfig, Any, int]] = []
     for name, (preset, overrides, task) in TINY.items():
-        from trainers import get_task  # the synthetic tasks' geometry
-
         options = {} if task == "digits" else {"train_size": 64, "val_size": 32}
         geometry = get_task(task, **options).geometry
         cases.append((f"tiny {name}", load_arch(preset, overrides), geometry, 32))

@@ -231,10 +231,10 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
 
 
 def summarise(task: Task, runs: list[list[Curve]], reference: list[float]) -> None:
+    samples = samples_of(task)
     print(f"\n{task.key}: {task.epochs} epochs, grace {task.grace}, reduction "
           f"{task.reduction_factor}; {len(runs)} seeds, {[len(r) for r in runs]} trials "
-          f"trained to the end; accuracies compared within {samples_of(task)} validation samples")
-    samples = samples_of(task)
+          f"trained to the end; accuracies compared within {samples} validation samples")
     probe = Rungs(task.grace, task.reduction_factor, task.epochs, DIRECTIONS)
     for epoch in probe.epochs:
         rho = [spearman([c["values"][epoch - 1] for c in r], [c["values"][-1] for c in r])

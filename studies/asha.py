@@ -98,18 +98,17 @@ class Rungs:
         points = to_minimization([peers[i] for i in ids], self.directions)
         ranks, order = priority_order(points)
         me = ids.index(trial)
-        if self.keep_nondominated and not self._beaten(points, [peers[i][0] for i in ids], me,
-                                                       ranks):
+        dominated = (bool(ranks[me] != 0) if self.samples is None
+                     else self._beaten_beyond_noise(points, [peers[i][0] for i in ids], me))
+        if self.keep_nondominated and not dominated:
             return False
         keep = set(order[: max(1, len(ids) // self.eta)])
         return me not in keep
 
-    def _beaten(self, points: np.ndarray, metric: list[float], me: int,
-                ranks: np.ndarray) -> bool:
-        """Whether a peer dominates row ``me`` of ``points`` (minimisation, the metric first):
-        exactly, or with ``samples`` beyond the metric's noise."""
-        if self.samples is None:
-            return bool(ranks[me] != 0)
+    def _beaten_beyond_noise(self, points: np.ndarray, metric: list[float], me: int) -> bool:
+        """Whether a peer beats row ``me`` of ``points`` (minimisation, the metric first) by
+        more than the metric's noise on ``samples`` validation samples, at no higher cost."""
+        assert self.samples is not None
         p = np.clip(np.asarray(metric, dtype=float), 0.0, 1.0)
         variance = p * (1 - p) / self.samples
         margin = self.noise_z * np.sqrt(variance + variance[me])
