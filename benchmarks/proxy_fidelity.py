@@ -99,7 +99,7 @@ from nas.cost import estimate_cost
 from search_spaces import load_space
 from studies import StudySpec
 from studies._trials import base_settings, suggest
-from studies.fidelity import rank_agreement
+from studies.fidelity import noise_ceiling, rank_agreement
 from trainers import get_task
 
 
@@ -263,21 +263,28 @@ def measure(name: str, setup: Setup, args: argparse.Namespace, runner: Runner) -
     options = _parse_sets(args.task_option)
     if options:
         print(f"task options (both fidelities): {json.dumps(options, sort_keys=True)}")
-    proxy_jobs = [Job(setup.task, arch, {**proxy_base, **over}, options)
-                  for arch, over, _ in drawn]
+    # The proxy with seeds 0 .. P-1: seed 0 is what a study trains and scores the proxy; the
+    # others measure the proxy's own seed noise.
+    proxy_jobs = [Job(setup.task, arch, {**base_settings(setup.spec(full=False, seed=seed)),
+                                         **over}, options)
+                  for seed in range(args.proxy_seeds) for arch, over, _ in drawn]
     # Every configuration at full fidelity with seeds 0 .. N-1: the full score is their mean
     # (the seed's noise out of the truth a proxy is judged by), as ``nas promote --seeds``
     # scores a promoted trial.
     full_jobs = [Job(setup.task, arch, {**full_base, **over, "seed": seed}, options)
                  for seed in range(args.full_seeds) for arch, over, _ in drawn]
-    proxy, proxy_wall = runner.run(proxy_jobs)
+    proxies, proxy_wall = runner.run(proxy_jobs)
     full, full_wall = runner.run(full_jobs)
     by_seed = [full[k * len(drawn):(k + 1) * len(drawn)] for k in range(args.full_seeds)]
+    proxy_by_seed = [proxies[k * len(drawn):(k + 1) * len(drawn)]
+                     for k in range(args.proxy_seeds)]
+    proxy = proxy_by_seed[0]
 
     def done(*rows: dict[str, Any]) -> bool:
         return all(r["status"] == "completed" for r in rows)
 
-    kept = [i for i in range(len(drawn)) if done(proxy[i], *(s[i] for s in by_seed))]
+    kept = [i for i in range(len(drawn))
+            if done(*(s[i] for s in proxy_by_seed), *(s[i] for s in by_seed))]
     mean = {i: statistics.mean(s[i]["value"] for s in by_seed) for i in kept}
     print(f"  arch id       params      lr  dropout  proxy score  full score"
           f"{' (mean of seeds 0-' + str(args.full_seeds - 1) + ')' if args.full_seeds > 1 else ''}")
@@ -303,7 +310,26 @@ def measure(name: str, setup: Setup, args: argparse.Namespace, runner: Runner) -
         seed1 = [by_seed[1][i]["value"] for i in kept]
         print(f"{name}: against full seed 0 alone: tau {_fmt(rank_agreement(one, seed0)[0])}; "
               f"full seed 1 against full seed 0: tau {_fmt(rank_agreement(seed1, seed0)[0])}")
-    train_s = (sum(r["seconds"] for r in proxy), sum(r["seconds"] for r in full))
+        ceiling = noise_ceiling([[s[i]["value"] for s in by_seed] for i in kept])
+        if ceiling is not None:  # what the truth's own noise leaves a proxy to reach
+            free, extra = ceiling.noise_free, ceiling.one_seed
+            print(f"{name}: noise ceiling against the mean of {ceiling.seeds} seeds (one "
+                  f"training's std {ceiling.seed_std:.4f}): a noise-free proxy tau "
+                  f"{_fmt(free[0])} [{_fmt(free[1])}, {_fmt(free[2])}], one more full training "
+                  f"as the proxy {_fmt(extra[0])} [{_fmt(extra[1])}, {_fmt(extra[2])}] "
+                  "(median [5%, 95%])")
+    if args.proxy_seeds > 1:  # the proxy's own seed noise
+        truth = [mean[i] for i in kept]
+        first = [proxy[i]["value"] for i in kept]
+        for k in range(1, args.proxy_seeds):
+            other = [proxy_by_seed[k][i]["value"] for i in kept]
+            print(f"{name}: proxy seed {k}: tau {_fmt(rank_agreement(other, truth)[0])} "
+                  f"against the full score, {_fmt(rank_agreement(other, first)[0])} against "
+                  "proxy seed 0")
+        avg = [statistics.mean(s[i]["value"] for s in proxy_by_seed) for i in kept]
+        print(f"{name}: the mean of proxy seeds 0-{args.proxy_seeds - 1} (x{args.proxy_seeds} "
+              f"the proxy's budget): tau {_fmt(rank_agreement(avg, truth)[0])}")
+    train_s = (sum(r["seconds"] for r in proxies), sum(r["seconds"] for r in full))
     print(f"{name}: seconds proxy {proxy_wall:.0f} wall ({train_s[0]:.0f} in training), full "
           f"{full_wall:.0f} wall ({train_s[1]:.0f} in training, {len(full)} trainings); cached "
           "results count 0 wall", flush=True)
@@ -322,6 +348,9 @@ def main() -> None:
     parser.add_argument("--full-seeds", type=int, default=1,
                         help="seeds of each full training (0 .. N-1); the full score is their "
                              "mean")
+    parser.add_argument("--proxy-seeds", type=int, default=1,
+                        help="seeds of each proxy training (0 .. P-1); the proxy score is seed "
+                             "0's, as in a study, the others measure its noise")
     parser.add_argument("--workers", type=int, default=2, help="trainings at once")
     parser.add_argument("--quick", action="store_true", help="4 pairs, full at 2 epochs")
     parser.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
@@ -329,8 +358,9 @@ def main() -> None:
                              "val_size=5000 on vqa)")
     parser.add_argument("--cache", type=Path, default=None, help="JSON-lines results cache")
     args = parser.parse_args()
-    if args.pairs < 2 or args.workers < 1 or args.full_seeds < 1:
-        parser.error("--pairs >= 2, --workers >= 1 and --full-seeds >= 1 must hold")
+    if args.pairs < 2 or args.workers < 1 or args.full_seeds < 1 or args.proxy_seeds < 1:
+        parser.error("--pairs >= 2, --workers >= 1, --full-seeds >= 1 and --proxy-seeds >= 1 "
+                     "must hold")
     full_sets = _parse_sets(args.full)
     if args.quick:
         args.pairs = min(args.pairs, 4)

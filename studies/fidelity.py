@@ -7,7 +7,9 @@ which creates promoted studies: neither imports the other for it.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,7 +20,7 @@ from studies.record import StudyKey
 from studies.storage import session
 from studies.stored import trial_attrs
 
-__all__ = ["fidelity", "rank_agreement", "record_fidelity"]
+__all__ = ["NoiseCeiling", "fidelity", "noise_ceiling", "rank_agreement", "record_fidelity"]
 
 
 def rank_agreement(proxy: Sequence[float], promoted: Sequence[float]) -> tuple[
@@ -36,6 +38,63 @@ def rank_agreement(proxy: Sequence[float], promoted: Sequence[float]) -> tuple[
     tau = float(kendalltau(proxy, promoted).statistic)
     rho = float(spearmanr(proxy, promoted).statistic)
     return (tau if np.isfinite(tau) else None), (rho if np.isfinite(rho) else None)
+
+
+@dataclass(frozen=True)
+class NoiseCeiling:
+    """The rank agreement a proxy can expect against a mean of ``seeds`` noisy trainings.
+
+    ``noise_free``: a proxy that knew each configuration's true score; ``one_seed``: one more
+    training of each configuration at the full fidelity used as the proxy. Each is the median
+    and the 5th and 95th percentiles of Kendall's tau over the simulated draws of the noise.
+    ``seed_std`` is the pooled standard deviation of one training's score around its
+    configuration's mean.
+    """
+
+    seeds: int
+    seed_std: float
+    noise_free: tuple[float, float, float]
+    one_seed: tuple[float, float, float]
+
+
+def noise_ceiling(scores: Sequence[Sequence[float]], *, draws: int = 2000,
+                  seed: int = 0) -> NoiseCeiling | None:
+    """How far seed noise alone caps Kendall's tau against a mean of seeds (a parametric
+    bootstrap); ``None`` with fewer than two configurations or two seeds each.
+
+    ``scores[i]`` holds configuration ``i``'s score from each of its ``k`` seeds (the same
+    ``k`` for all). The observed means stand for the true scores and the seeds' pooled spread
+    ``s`` for the noise: each draw adds Gaussian noise of ``s / sqrt(k)`` to the means (a new
+    ``k``-seed truth) and compares it with the true scores (a noise-free proxy) and with the
+    true scores plus noise ``s`` (one more training as the proxy). The observed means spread
+    more than the true ones (they hold noise too), so both figures lean high: a proxy that
+    misses them is not shown to be bad, one that misses ``noise_free`` by far is.
+    """
+    from scipy.stats import kendalltau
+
+    k = len(scores[0]) if scores else 0
+    if any(len(row) != k for row in scores):
+        raise ValueError(f"Every configuration needs the same number of seeds, but got "
+                         f"{sorted({len(row) for row in scores})}.")
+    if len(scores) < 2 or k < 2:
+        return None
+    means = np.array([statistics.fmean(row) for row in scores])
+    std = math.sqrt(statistics.fmean(statistics.variance(row) for row in scores))
+    rng = np.random.default_rng(seed)
+    free: list[float] = []
+    one: list[float] = []
+    for _ in range(draws):
+        truth = means + rng.normal(0.0, std / math.sqrt(k), len(means))
+        proxy = means + rng.normal(0.0, std, len(means))
+        for out, side in ((free, means), (one, proxy)):
+            tau = float(kendalltau(side, truth).statistic)
+            out.append(tau if np.isfinite(tau) else 0.0)
+
+    def summary(taus: list[float]) -> tuple[float, float, float]:
+        lo, mid, hi = np.quantile(taus, [0.05, 0.5, 0.95])
+        return float(mid), float(lo), float(hi)
+
+    return NoiseCeiling(k, std, summary(free), summary(one))
 
 
 def fidelity(trials: Sequence[FrozenTrial], objective_names: Sequence[str], *, epochs: int,

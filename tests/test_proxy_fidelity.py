@@ -1,0 +1,119 @@
+"""How far a proxy's rank agreement can go: ``studies.fidelity.noise_ceiling`` and the proxy
+fidelity benchmark's seeds (``benchmarks/proxy_fidelity.py``, its trainings replaced by known
+scores: the benchmark's own run trains for minutes to an hour)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from benchmarks import proxy_fidelity as pf
+from studies.fidelity import noise_ceiling, rank_agreement
+
+
+def test_without_seed_noise_the_ceiling_is_a_perfect_ranking() -> None:
+    scores = [[0.1, 0.1], [0.2, 0.2], [0.3, 0.3], [0.4, 0.4]]
+    ceiling = noise_ceiling(scores, draws=50)
+    assert ceiling is not None
+    assert ceiling.seeds == 2 and ceiling.seed_std == 0.0
+    assert ceiling.noise_free == (1.0, 1.0, 1.0) and ceiling.one_seed == (1.0, 1.0, 1.0)
+
+
+def test_noise_far_above_the_spread_leaves_no_ranking_to_reach() -> None:
+    # means 0.50-0.511 apart by 0.001, seeds 0.1 apart: the mean of 3 seeds is noise
+    scores = [[0.5 + i / 1000 - 0.05, 0.5 + i / 1000 + 0.05, 0.5 + i / 1000]
+              for i in range(12)]
+    ceiling = noise_ceiling(scores, draws=400)
+    assert ceiling is not None and ceiling.seed_std == pytest.approx(0.05)
+    assert abs(ceiling.noise_free[0]) < 0.2 and abs(ceiling.one_seed[0]) < 0.2
+    assert ceiling.noise_free[1] < 0 < ceiling.noise_free[2]
+
+
+def test_more_seeds_raise_the_ceiling_and_a_noisy_proxy_stays_below_a_noise_free_one() -> None:
+    means = [0.40 + 0.01 * i for i in range(12)]
+
+    def seeds(k: int) -> list[list[float]]:  # spread 0.02 around each mean, mean kept
+        offsets = [(-1) ** j * 0.02 for j in range(k - k % 2)] + [0.0] * (k % 2)
+        return [[m + o for o in offsets] for m in means]
+
+    two, eight = noise_ceiling(seeds(2)), noise_ceiling(seeds(8))
+    assert two is not None and eight is not None
+    assert eight.noise_free[0] > two.noise_free[0]
+    for c in (two, eight):
+        assert c.one_seed[0] < c.noise_free[0]
+        assert c.noise_free[1] <= c.noise_free[0] <= c.noise_free[2]
+    assert noise_ceiling(seeds(2)) == two  # seeded: the same scores give the same ceiling
+
+
+def test_the_ceiling_needs_two_configurations_of_two_seeds_each_and_equal_seeds() -> None:
+    assert noise_ceiling([[0.5, 0.6]]) is None
+    assert noise_ceiling([[0.5], [0.6]]) is None
+    assert noise_ceiling([]) is None
+    with pytest.raises(ValueError, match="same number of seeds"):
+        noise_ceiling([[0.5, 0.6], [0.7]])
+
+
+class _KnownScores:
+    """The benchmark's ``Runner`` with each training's score given by its configuration (in
+    the order first seen), fidelity and seed."""
+
+    def __init__(self, full_epochs: int) -> None:
+        self.full_epochs = full_epochs
+        self.archs: list[str] = []
+        self.jobs: list[pf.Job] = []
+
+    def score(self, job: pf.Job) -> float:
+        key = pf.Job(job.task, job.arch, {}).key()
+        if key not in self.archs:
+            self.archs.append(key)
+        i, seed = self.archs.index(key), job.settings["seed"]
+        if job.settings["epochs"] == self.full_epochs:
+            return 0.5 + 0.01 * i + 0.003 * ((i + seed) % 3)
+        return 0.2 + 0.02 * ((i * (seed + 2)) % 5) + 0.001 * i
+
+    def run(self, jobs: Sequence[pf.Job]) -> tuple[list[dict[str, Any]], float]:
+        self.jobs += jobs
+        return [{"value": self.score(j), "seconds": 1.0, "status": "completed"}
+                for j in jobs], 0.0
+
+
+def test_the_benchmark_scores_the_proxy_by_seed_0_and_prints_its_noise_and_ceiling(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    setup = pf.SETUPS["digits"]
+    args = argparse.Namespace(pairs=4, draw_seed=0, task_option=[], full_seeds=3,
+                              proxy_seeds=2)
+    runner = _KnownScores(setup.full_epochs)
+    pf.measure("digits", setup, args, runner)  # type: ignore[arg-type]
+    out = capsys.readouterr().out
+
+    proxy = [j for j in runner.jobs if j.settings["epochs"] == setup.proxy_epochs]
+    full = [j for j in runner.jobs if j.settings["epochs"] == setup.full_epochs]
+    assert sorted(j.settings["seed"] for j in proxy) == [0] * 4 + [1] * 4
+    assert sorted(j.settings["seed"] for j in full) == [0] * 4 + [1] * 4 + [2] * 4
+    order = [pf.Job(j.task, j.arch, {}).key() for j in proxy[:4]]
+
+    def scores(fidelity: list[pf.Job], seed: int) -> list[float]:
+        by_arch = {pf.Job(j.task, j.arch, {}).key(): runner.score(j)
+                   for j in fidelity if j.settings["seed"] == seed}
+        return [by_arch[a] for a in order]
+
+    truth = [sum(v) / 3 for v in zip(*(scores(full, s) for s in range(3)), strict=True)]
+    tau = rank_agreement(scores(proxy, 0), truth)[0]
+    seed1 = rank_agreement(scores(proxy, 1), truth)[0]
+    between = rank_agreement(scores(proxy, 1), scores(proxy, 0))[0]
+    assert tau is not None and seed1 is not None and between is not None
+    assert f"digits: Kendall tau {tau:+.3f}" in out
+    assert (f"digits: proxy seed 1: tau {seed1:+.3f} against the full score, {between:+.3f} "
+            "against proxy seed 0") in out
+    ceiling = noise_ceiling([[runner.score(j) for j in full
+                              if pf.Job(j.task, j.arch, {}).key() == a] for a in order])
+    assert ceiling is not None
+    line = re.search(r"noise ceiling against the mean of 3 seeds \(one training's std "
+                     r"([0-9.]+)\): a noise-free proxy tau ([+-][0-9.]+)", out)
+    assert line is not None
+    assert float(line[1]) == pytest.approx(ceiling.seed_std, abs=5e-5)
+    assert float(line[2]) == pytest.approx(ceiling.noise_free[0], abs=5e-4)
