@@ -3,6 +3,7 @@ subcommand modules, which all import it)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from nas.errors import NasError
@@ -73,9 +74,18 @@ def refuse_memory_storage(storage: str | None) -> None:
 
 
 def format_agreement(result: dict[str, Any]) -> str:
-    """One line: tau, rho and the number of pairs (``-`` where undefined)."""
+    """One line: tau, rho and the number of pairs (``-`` where undefined), and after a seeded
+    promotion the noise ceiling of its truth (``studies.fidelity.noise_ceiling``)."""
     def fmt(x: float | None) -> str:
         return "-" if x is None else f"{x:+.3f}"
 
-    return (f"Kendall tau {fmt(result.get('kendall_tau'))}, Spearman rho "
+    line = (f"Kendall tau {fmt(result.get('kendall_tau'))}, Spearman rho "
             f"{fmt(result.get('spearman_rho'))} over {result.get('pairs', 0)} pairs")
+    ceiling = result.get("noise_ceiling")
+    if isinstance(ceiling, dict) and all(  # read back from the database: printed only when sound
+            isinstance(ceiling.get(k), (int, float)) and not isinstance(ceiling.get(k), bool)
+            and math.isfinite(ceiling[k]) for k in ("seeds", "noise_free", "one_seed")):
+        line += (f" (against the mean of {ceiling['seeds']} seeds, the seed noise caps tau near "
+                 f"{fmt(ceiling['noise_free'])} for a noise-free proxy and "
+                 f"{fmt(ceiling['one_seed'])} for one more training)")
+    return line

@@ -119,7 +119,21 @@ def fidelity(trials: Sequence[FrozenTrial], objective_names: Sequence[str], *, e
     pairs = [(proxy, math.fsum(acc) / len(acc)) for proxy, acc in by_source.values()]
     tau, rho = rank_agreement([p for p, _ in pairs], [q for _, q in pairs])
     return {"kendall_tau": tau, "spearman_rho": rho, "pairs": len(pairs), "epochs": epochs,
-            "task": task, "proxy_epochs": proxy_epochs}
+            "task": task, "proxy_epochs": proxy_epochs,
+            "noise_ceiling": _ceiling([acc for _, acc in by_source.values()])}
+
+
+def _ceiling(seeds: list[list[float]]) -> dict[str, Any] | None:
+    """The noise ceiling of a seeded promotion (``nas promote --seeds``): each source trial's
+    promoted accuracies, one per seed. ``None`` unless every pair has the same two or more
+    seeds (a run cut short leaves some with fewer)."""
+    if len({len(acc) for acc in seeds}) != 1:
+        return None
+    ceiling = noise_ceiling(seeds, draws=500)
+    if ceiling is None:
+        return None
+    return {"seeds": ceiling.seeds, "seed_std": ceiling.seed_std,
+            "noise_free": ceiling.noise_free[0], "one_seed": ceiling.one_seed[0]}
 
 
 def record_fidelity(run: StudyRun) -> None:

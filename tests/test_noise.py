@@ -28,8 +28,10 @@ from dashboard.testing import (
     view_figure,
 )
 from nas.errors import ConfigError
+from nas_cli._common import format_agreement
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study, run_study
+from studies.fidelity import noise_ceiling
 from studies.noise import seed_spread, spread_of, within_noise
 from studies.promote import plan_promotion
 from studies.record import StudyKey, TrialKey
@@ -184,8 +186,15 @@ def test_a_seeded_promotion_stores_each_seed_and_pareto_shows_the_spread(
         assert s.seeds == 2 and s.mean == pytest.approx(statistics.fmean(acc))
         assert s.std == pytest.approx(statistics.stdev(acc))
         assert (s.min, s.max) == (min(acc), max(acc))
-    # The rank agreement pairs each source trial once, with its seeds' mean.
-    assert promoted.user_attrs[StudyKey.FIDELITY]["pairs"] == len(chosen)
+    # The rank agreement pairs each source trial once, with its seeds' mean, and says how far
+    # the seeds' own noise lets a proxy agree with that mean.
+    stored = promoted.user_attrs[StudyKey.FIDELITY]
+    assert stored["pairs"] == len(chosen)
+    ceiling = noise_ceiling([by_source[n] for n in sorted(by_source)], draws=500)
+    assert ceiling is not None and stored["noise_ceiling"]["seeds"] == 2
+    assert stored["noise_ceiling"]["seed_std"] == pytest.approx(ceiling.seed_std)
+    assert (f"against the mean of 2 seeds, the seed noise caps tau near "
+            f"{stored['noise_ceiling']['noise_free']:+.3f} for a noise-free proxy") in out
 
     capsys.readouterr()
     assert nas_main(["pareto", "src", "--storage", url, "--json"]) == 0
@@ -330,3 +339,15 @@ def test_the_3d_front_draws_the_seed_spread(tmp_path: Path) -> None:
     plain = front("plain")
     assert "Pareto-optimal (3)" in plain
     assert all(k not in t for t in plain.values() for k in ("error_x", "error_y", "error_z"))
+
+
+def test_a_rank_agreement_prints_a_stored_noise_ceiling_only_when_it_is_sound() -> None:
+    base = {"kendall_tau": 0.5, "spearman_rho": 0.6, "pairs": 8}
+    sound = {"seeds": 3, "seed_std": 0.01, "noise_free": 0.81, "one_seed": 0.7}
+    assert format_agreement({**base, "noise_ceiling": sound}).endswith(
+        "over 8 pairs (against the mean of 3 seeds, the seed noise caps tau near +0.810 for a "
+        "noise-free proxy and +0.700 for one more training)")
+    for bad in (None, "0.9", {"seeds": 3}, {**sound, "noise_free": "high"},
+                {**sound, "one_seed": True}, {**sound, "noise_free": math.nan}):
+        assert format_agreement({**base, "noise_ceiling": bad}) == (
+            "Kendall tau +0.500, Spearman rho +0.600 over 8 pairs")
