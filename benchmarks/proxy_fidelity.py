@@ -94,7 +94,7 @@ trained on this 2-core machine before.
   5 --proxy device=cuda --full device=cuda``; 60 full trainings, 1221 s of GPU training): full
   means 0.955 - 0.973 (one validation image is 0.0028), one training's std 0.0078; proxy tau
   -0.031 (rho -0.058), against full seed 0 alone -0.094; full seed 1 against full seed 0
-  +0.531; ceiling: one more full training +0.364 [+0.030, +0.606], a noise-free proxy +0.687
+  +0.531; ceiling: one more full training +0.333 [+0.030, +0.606], a noise-free proxy +0.687
   [+0.473, +0.840]. At 64 epochs these configurations are alike within a seed's noise, so no
   proxy can show a rank there; at 16 epochs the higher learning rates lead (proxy 0.54 - 0.93).
   On this machine's CPU with 2 seeds (4301 s of training for 24) the proxy's tau was -0.125.

@@ -20,7 +20,8 @@ from studies.record import StudyKey
 from studies.storage import session
 from studies.stored import trial_attrs
 
-__all__ = ["NoiseCeiling", "fidelity", "noise_ceiling", "rank_agreement", "record_fidelity"]
+__all__ = ["NoiseCeiling", "fidelity", "kendall_rows", "noise_ceiling", "rank_agreement",
+           "record_fidelity"]
 
 
 def rank_agreement(proxy: Sequence[float], promoted: Sequence[float]) -> tuple[
@@ -38,6 +39,17 @@ def rank_agreement(proxy: Sequence[float], promoted: Sequence[float]) -> tuple[
     tau = float(kendalltau(proxy, promoted).statistic)
     rho = float(spearmanr(proxy, promoted).statistic)
     return (tau if np.isfinite(tau) else None), (rho if np.isfinite(rho) else None)
+
+
+def kendall_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Kendall's tau-b between each row of ``a`` and the same row of ``b`` (arrays of one shape,
+    rows x items), as ``scipy.stats.kendalltau`` gives it; 0 where a row is constant."""
+    i, j = np.triu_indices(a.shape[1], k=1)
+    da, db = np.sign(a[:, i] - a[:, j]), np.sign(b[:, i] - b[:, j])
+    pairs = len(i)
+    scale = np.sqrt(((pairs - (da == 0).sum(1)) * (pairs - (db == 0).sum(1))).astype(float))
+    concordance = (da * db).sum(1).astype(float)
+    return np.divide(concordance, scale, out=np.zeros(len(a)), where=scale > 0)
 
 
 @dataclass(frozen=True)
@@ -70,8 +82,6 @@ def noise_ceiling(scores: Sequence[Sequence[float]], *, draws: int = 2000,
     more than the true ones (they hold noise too), so both figures lean high: a proxy that
     misses them is not shown to be bad, one that misses ``noise_free`` by far is.
     """
-    from scipy.stats import kendalltau
-
     k = len(scores[0]) if scores else 0
     if any(len(row) != k for row in scores):
         raise ValueError(f"Every configuration needs the same number of seeds, but got "
@@ -81,16 +91,12 @@ def noise_ceiling(scores: Sequence[Sequence[float]], *, draws: int = 2000,
     means = np.array([statistics.fmean(row) for row in scores])
     std = math.sqrt(statistics.fmean(statistics.variance(row) for row in scores))
     rng = np.random.default_rng(seed)
-    free: list[float] = []
-    one: list[float] = []
-    for _ in range(draws):
-        truth = means + rng.normal(0.0, std / math.sqrt(k), len(means))
-        proxy = means + rng.normal(0.0, std, len(means))
-        for out, side in ((free, means), (one, proxy)):
-            tau = float(kendalltau(side, truth).statistic)
-            out.append(tau if np.isfinite(tau) else 0.0)
+    truth = means + rng.normal(0.0, std / math.sqrt(k), (draws, len(means)))
+    proxy = means + rng.normal(0.0, std, (draws, len(means)))
+    free = kendall_rows(np.broadcast_to(means, truth.shape), truth)
+    one = kendall_rows(proxy, truth)
 
-    def summary(taus: list[float]) -> tuple[float, float, float]:
+    def summary(taus: np.ndarray) -> tuple[float, float, float]:
         lo, mid, hi = np.quantile(taus, [0.05, 0.5, 0.95])
         return float(mid), float(lo), float(hi)
 
@@ -129,7 +135,7 @@ def _ceiling(seeds: list[list[float]]) -> dict[str, Any] | None:
     seeds (a run cut short leaves some with fewer)."""
     if len({len(acc) for acc in seeds}) != 1:
         return None
-    ceiling = noise_ceiling(seeds, draws=500)
+    ceiling = noise_ceiling(seeds)
     if ceiling is None:
         return None
     return {"seeds": ceiling.seeds, "seed_std": ceiling.seed_std,

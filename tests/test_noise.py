@@ -190,7 +190,7 @@ def test_a_seeded_promotion_stores_each_seed_and_pareto_shows_the_spread(
     # the seeds' own noise lets a proxy agree with that mean.
     stored = promoted.user_attrs[StudyKey.FIDELITY]
     assert stored["pairs"] == len(chosen)
-    ceiling = noise_ceiling([by_source[n] for n in sorted(by_source)], draws=500)
+    ceiling = noise_ceiling([by_source[n] for n in sorted(by_source)])
     assert ceiling is not None and stored["noise_ceiling"]["seeds"] == 2
     assert stored["noise_ceiling"]["seed_std"] == pytest.approx(ceiling.seed_std)
     assert (f"against the mean of 2 seeds, the seed noise caps tau near "

@@ -9,10 +9,26 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 
 from benchmarks import proxy_fidelity as pf
-from studies.fidelity import noise_ceiling, rank_agreement
+from studies.fidelity import kendall_rows, noise_ceiling, rank_agreement
+
+
+def test_kendall_rows_is_scipys_tau_b_row_by_row_ties_and_constant_rows_included() -> None:
+    from scipy.stats import kendalltau
+
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 4, (200, 7)).astype(float)  # few values: many ties
+    b = rng.normal(size=(200, 7))
+    b[::5] = np.round(b[::5])
+    a[7] = 1.0  # a constant row: scipy's nan, here 0
+    got = kendall_rows(a, b)
+    for row, tau in enumerate(got):
+        want = float(kendalltau(a[row], b[row]).statistic)
+        assert tau == pytest.approx(0.0 if np.isnan(want) else want, abs=1e-12)
+    assert got[7] == 0.0
 
 
 def test_without_seed_noise_the_ceiling_is_a_perfect_ranking() -> None:
