@@ -225,6 +225,22 @@ def gated(arch: dict[str, Any], settings: dict[str, Any], task: str,
     return _fake(arch, settings, report, log=log)
 
 
+def meet(arch: dict[str, Any], settings: dict[str, Any], task: str,
+         task_options: dict[str, Any], *, latency: bool = False, report: Report = None,
+         log: str | None = None) -> dict[str, Any]:
+    """Like :func:`instant`, once ``$NAS_FAKE_MEET_COUNT`` (default 2) trainings have started:
+    each leaves a file in the folder ``$NAS_FAKE_MEET`` and waits for the others' (120 s at
+    most), so the first ones run at the same time wherever Ray placed them, however slowly a
+    node starts its workers."""
+    folder = Path(os.environ["NAS_FAKE_MEET"])
+    wanted = int(os.environ.get("NAS_FAKE_MEET_COUNT", "2"))
+    (folder / f"{os.getpid()}-{time.time_ns()}").touch()
+    deadline = time.monotonic() + 120
+    while len(list(folder.iterdir())) < wanted and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _fake(arch, settings, report, log=log)
+
+
 def load_if_any(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
     """:func:`load`, or no trials while the study does not exist yet."""
     try:

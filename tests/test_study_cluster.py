@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,13 +20,15 @@ BASE = h.SMALL_SPACE["base"]
 
 
 @pytest.fixture()
-def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """A head node and one worker node, one CPU each; Ray is shut down around it."""
+def cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Any]:
+    """A head node and one worker node, one CPU each; Ray is shut down around it. Their
+    workers meet in ``tmp_path / "meet"`` (:func:`study_helpers.meet`)."""
     import ray
     from ray.cluster_utils import Cluster
 
     h.worker_env()  # the nodes' workers import the evaluator by name (study key `evaluator`)
-    monkeypatch.setenv("NAS_FAKE_SLEEP", "0.2")
+    (tmp_path / "meet").mkdir()
+    monkeypatch.setenv("NAS_FAKE_MEET", str(tmp_path / "meet"))  # before the nodes start
     ray.shutdown()
     cluster = Cluster(initialize_head=True,
                       head_node_args={"num_cpus": 1, "include_dashboard": False})
@@ -43,9 +46,15 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 def test_trials_are_placed_on_both_nodes(cluster, tmp_path) -> None:
     import ray
 
+    # The first two trainings wait for each other: the head's one CPU is held by the first, so
+    # the second starts only on the other node. Were the study to run one trial at a time (or
+    # place both on one node), the first would wait 120 s alone and the placement check below
+    # fails; without the wait, a node whose workers start slowly (a loaded machine) saw every
+    # trial run on the other one, Tune reusing its finished actor.
+    meet = tmp_path / "meet"
     url = f"sqlite:///{tmp_path / 'cluster.db'}"
     spec = StudySpec.from_dict(h.study_dict(
-        "cluster", budget={"trials": 6}, evaluator="study_helpers:slow",
+        "cluster", budget={"trials": 6}, evaluator="study_helpers:meet",
         enqueue=[{**BASE, "groups": 1}, {**BASE, "groups": 2, "group_ffn": True}]))
     run = create_study(spec, url, geometry=GEOMETRY)
     run_study(run, address=cluster.address, progress=False)
@@ -53,6 +62,7 @@ def test_trials_are_placed_on_both_nodes(cluster, tmp_path) -> None:
     assert len(nodes) == 2
     trials = h.load(url, "cluster")
     placed = Counter(t.user_attrs["nas.node"] for t in trials if "nas.node" in t.user_attrs)
-    assert set(placed) == nodes, placed  # a pool of one actor per CPU, spread over the nodes
+    assert set(placed) == nodes, placed  # one trial per CPU at once, spread over the nodes
+    assert len(list(meet.iterdir())) == sum(placed.values())
     assert counted_trials(trials) == 6
     assert all(t.state in (TrialState.COMPLETE, TrialState.FAIL) for t in trials)
