@@ -199,7 +199,8 @@ def main() -> None:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's classic console output: silent at verbose=0
-    ray.init(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False, num_cpus=2)
+    ray.init(address="local", include_dashboard=False, logging_level=logging.ERROR,
+             log_to_driver=False, num_cpus=2)
     cost_only(2)  # imports (timm, the model families) outside the timed runs
     plain, wal, hand, ours = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:

@@ -297,8 +297,8 @@ def main() -> None:
         here = str(Path(__file__).resolve().parent)
         os.environ["PYTHONPATH"] = os.pathsep.join(
             [here, *filter(None, [os.environ.get("PYTHONPATH")])])
-        ray.init(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
-                 num_cpus=2)
+        ray.init(address="local", include_dashboard=False, logging_level=logging.ERROR,
+                 log_to_driver=False, num_cpus=2)
         with tempfile.TemporaryDirectory() as tmp_name:
             tmp = Path(tmp_name)
             os.environ["NAS_RUNS"] = str(tmp / "nas_runs")

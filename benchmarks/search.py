@@ -299,8 +299,8 @@ def main() -> None:
     here = str(Path(__file__).resolve().parent)  # Ray's workers import _search_arms from here
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [here, *filter(None, [os.environ.get("PYTHONPATH")])])
-    ray.init(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
-             num_cpus=2)
+    ray.init(address="local", include_dashboard=False, logging_level=logging.ERROR,
+             log_to_driver=False, num_cpus=2)
     start = time.perf_counter()
     skipped: dict[str, str] = {}
     results: dict[str, list[SeedRun]] = {}

@@ -102,7 +102,7 @@ def main() -> None:
         log = Path(tmp) / "memory.jsonl"
         os.environ[LOG] = str(log)  # before Ray starts: its workers inherit it
         os.environ["NAS_RUNS"] = str(Path(tmp) / "runs")
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR,
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.ERROR,
                  log_to_driver=False)
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
         url = f"sqlite:///{Path(tmp) / 'memory.db'}"

@@ -64,12 +64,14 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 
 def start_ray() -> None:
-    """A local Ray runtime with 2 CPUs, shared by the tests (started on first use)."""
+    """A local Ray runtime with 2 CPUs, shared by the tests (started on first use). Its own
+    (``address="local"``): a plain ``ray.init()`` joins the cluster a test on the other xdist
+    worker may have running (``ray start``, ``ray.cluster_utils.Cluster`` record theirs)."""
     import ray
 
     worker_env()
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR,
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.ERROR,
                  log_to_driver=False)
     # Were Ray started elsewhere without our PYTHONPATH, workers could not import the
     # evaluators by name: send them by value.

@@ -220,8 +220,8 @@ def logical_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     monkeypatch.setenv("NAS_RUNS", str(tmp_path / "runs"))
     h.worker_env()
     ray.shutdown()
-    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, logging_level=logging.ERROR,
-             log_to_driver=False)
+    ray.init(address="local", num_cpus=4, num_gpus=2, include_dashboard=False,
+             logging_level=logging.ERROR, log_to_driver=False)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     try:
         yield folder
