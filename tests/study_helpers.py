@@ -227,19 +227,25 @@ def gated(arch: dict[str, Any], settings: dict[str, Any], task: str,
     return _fake(arch, settings, report, log=log)
 
 
+def arrive(folder: Path, wanted: int, *, timeout: float, text: str = "") -> int:
+    """Leave a file (holding ``text``) in ``folder`` and wait, ``timeout`` seconds at most,
+    until ``wanted`` processes have left theirs (across Ray's workers and nodes on this
+    machine); how many had arrived then."""
+    (folder / f"arrived-{os.getpid()}-{time.time_ns()}").write_text(text)
+    deadline = time.monotonic() + timeout
+    while len(list(folder.glob("arrived-*"))) < wanted and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return len(list(folder.glob("arrived-*")))
+
+
 def meet(arch: dict[str, Any], settings: dict[str, Any], task: str,
          task_options: dict[str, Any], *, latency: bool = False, report: Report = None,
          log: str | None = None) -> dict[str, Any]:
-    """Like :func:`instant`, once ``$NAS_FAKE_MEET_COUNT`` (default 2) trainings have started:
-    each leaves a file in the folder ``$NAS_FAKE_MEET`` and waits for the others' (120 s at
-    most), so the first ones run at the same time wherever Ray placed them, however slowly a
-    node starts its workers."""
-    folder = Path(os.environ["NAS_FAKE_MEET"])
-    wanted = int(os.environ.get("NAS_FAKE_MEET_COUNT", "2"))
-    (folder / f"{os.getpid()}-{time.time_ns()}").touch()
-    deadline = time.monotonic() + 120
-    while len(list(folder.iterdir())) < wanted and time.monotonic() < deadline:
-        time.sleep(0.05)
+    """Like :func:`instant`, once ``$NAS_FAKE_MEET_COUNT`` (default 2) trainings have
+    :func:`arrive`-d in the folder ``$NAS_FAKE_MEET`` (120 s at most), so the first ones run at
+    the same time wherever Ray placed them, however slowly a node starts its workers."""
+    arrive(Path(os.environ["NAS_FAKE_MEET"]), int(os.environ.get("NAS_FAKE_MEET_COUNT", "2")),
+           timeout=120)
     return _fake(arch, settings, report, log=log)
 
 

@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,12 +183,7 @@ def placed(arch: dict[str, Any], settings: dict[str, Any], task: str,
     row = {"pid": os.getpid(), "gpu_ids": [str(i) for i in ray.get_gpu_ids()],
            "visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "torch": "torch" in sys.modules,
            "arch": arch}
-    (folder / f"arrived-{os.getpid()}-{time.time_ns()}").write_text(json.dumps(row))
-    waited = 0.0
-    while len(list(folder.glob("arrived-*"))) < 4 and waited < 60:
-        time.sleep(0.1)
-        waited += 0.1
-    row["peers"] = len(list(folder.glob("arrived-*")))
+    row["peers"] = h.arrive(folder, 4, timeout=60, text=json.dumps(row))
     with open(folder / "placed.jsonl", "a") as out:
         out.write(json.dumps(row) + "\n")
     return {"status": "completed", "value": 0.5, "epochs": [], "seconds": 0.0,
