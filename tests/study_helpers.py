@@ -241,11 +241,10 @@ def arrive(folder: Path, wanted: int, *, timeout: float, text: str = "") -> int:
 def meet(arch: dict[str, Any], settings: dict[str, Any], task: str,
          task_options: dict[str, Any], *, latency: bool = False, report: Report = None,
          log: str | None = None) -> dict[str, Any]:
-    """Like :func:`instant`, once ``$NAS_FAKE_MEET_COUNT`` (default 2) trainings have
-    :func:`arrive`-d in the folder ``$NAS_FAKE_MEET`` (120 s at most), so the first ones run at
-    the same time wherever Ray placed them, however slowly a node starts its workers."""
-    arrive(Path(os.environ["NAS_FAKE_MEET"]), int(os.environ.get("NAS_FAKE_MEET_COUNT", "2")),
-           timeout=120)
+    """Like :func:`instant`, once two trainings have :func:`arrive`-d in the folder
+    ``$NAS_FAKE_MEET`` (120 s at most), so the first two run at the same time wherever Ray
+    placed them, however slowly a node starts its workers."""
+    arrive(Path(os.environ["NAS_FAKE_MEET"]), 2, timeout=120)
     return _fake(arch, settings, report, log=log)
 
 
