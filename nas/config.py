@@ -21,7 +21,6 @@ from nas.knobs import FAMILY_NAMES, KNOBS
 from nas.sharing import canonical_pattern, format_pattern, parse_pattern
 
 __all__ = [
-    "DROP_RATE",
     "FAMILIES",
     "LIMITS",
     "MAX_STAGES",
@@ -38,14 +37,12 @@ Family = Literal["mcan", "ort", "lxmert", "vit", "swin"]
 AttentionSharing = Literal["none", "kv", "qk", "qv"]
 FfnActivation = Literal["relu", "gelu", "silu"]
 FAMILIES: tuple[str, ...] = get_args(Family)
-#: Each family's dropout where a training run names none (``TrainConfig.dropout`` None): its
-#: paper's (MCAN, ORT and LXMERT train with 0.1), timm's for the vision families (DeiT and Swin
-#: use none).
-DROP_RATE: dict[str, float] = {f: registry.get_family(f).drop_rate for f in FAMILIES}
 
 
 def drop_rate(family: str, value: float | None = None) -> float:
-    """The dropout a run of ``family`` uses: ``value``, or the family's own when it is None."""
+    """The dropout a run of ``family`` uses: ``value``, or the family's own when it is None
+    (``TrainConfig.dropout`` None): its paper's (MCAN, ORT and LXMERT train with 0.1), timm's
+    for the vision families (DeiT and Swin use none), a plugin family's ``drop_rate``."""
     return registry.get_family(family).drop_rate if value is None else float(value)
 
 

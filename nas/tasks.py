@@ -12,7 +12,6 @@ from typing import Literal
 from nas.errors import ConfigError
 
 __all__ = [
-    "DEFAULT_TASK",
     "GEOMETRIES",
     "GEOMETRY_LIMITS",
     "TaskGeometry",
@@ -99,16 +98,6 @@ GEOMETRIES: dict[str, TaskGeometry] = {
         TaskGeometry("cifar100", "image", 100, image_size=32),
     )
 }
-
-# Each family's task kind and default task.
-FAMILY_KIND: dict[str, TaskKind] = {
-    "mcan": "vqa", "lxmert": "vqa", "ort": "caption", "vit": "image", "swin": "image",
-}
-DEFAULT_TASK: dict[str, str] = {
-    "mcan": "vqa2", "lxmert": "vqa2", "ort": "coco-captions", "vit": "imagenet",
-    "swin": "imagenet",
-}
-
 
 def decoder_positions(task: TaskGeometry, tokens_per_word: int = 1) -> int:
     """Positions the caption decoder runs on for one caption of ``task``: THE sequence-length

@@ -245,7 +245,7 @@ class SearchSpace:
 
         Conditional parameters that ``suggest`` would not ask for are left out. Searched
         training keys missing from ``train`` take ``TrainConfig``'s default (``dropout``: the
-        family's own, ``nas.config.DROP_RATE``), moved into the distribution if it lies outside.
+        family's own, ``nas.config.drop_rate``), moved into the distribution if it lies outside.
 
         Raises:
             ConfigError: ``config`` (or ``train``) lies outside the space; the message names the

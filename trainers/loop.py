@@ -90,7 +90,7 @@ class TrainConfig:
     warmup_epochs: float = 0.5
     lr_sqrt_groups: bool = False  # the LW papers' learning rate scaled by sqrt(k)
     grad_clip: float | None = 1.0
-    dropout: float | None = None  # None: the family's own, nas.config.DROP_RATE
+    dropout: float | None = None  # None: the family's own, nas.config.drop_rate
     seed: int = 0
     device: str = "auto"  # "auto" = CUDA when present, else CPU
     amp: bool = True  # mixed precision, on CUDA only

@@ -37,7 +37,7 @@ def create_model(
     ``device="meta"`` builds it without allocating weights (what the cost model does).
     ``drop_rate`` is the probability of every dropout in the network, as timm's ``drop_rate``
     (the trainer passes ``TrainConfig.dropout``); ``None`` is the family's own
-    (``nas.config.DROP_RATE``).
+    (``nas.config.drop_rate``).
     """
     geometry = resolve_task(config, task)
     build = registry.get_family(config.family).builder()
