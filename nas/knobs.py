@@ -9,8 +9,8 @@ Everything else reads this table: ``nas.config`` (types, limits, choices, family
 which family may set which key, the identity), ``nas.models.base.block_knobs`` (the blocks'
 keyword arguments), the search spaces (``search_spaces._knobs``: which knobs take ranges, flags
 or choices, the order and conditions of ``suggest`` and ``params_for``), the exports (which
-knobs other code bases ignore, the OpenVQA key names) and the README's knob lists
-(:func:`markdown`, :func:`summary_markdown`; ``tests/test_knobs.py`` keeps the README equal).
+knobs other code bases ignore, the OpenVQA key names) and the README's knob lists (rendered by
+``docs/_generate.py``, above the packages; ``tests/test_knobs.py`` keeps the README equal).
 
 Adding a knob: a row in ``_LATER``, a field of ``nas.config.ArchConfig`` of the same name
 defaulting to None (a test checks that the two agree), and the block argument that implements
@@ -35,9 +35,7 @@ __all__ = [
     "Site",
     "by_name",
     "dense_values",
-    "markdown",
     "per_family",
-    "summary_markdown",
 ]
 
 #: The five families, in the order the papers introduce them.
@@ -215,44 +213,3 @@ def by_name(name: str) -> Knob:
 def dense_values() -> dict[str, Any]:
     """Each design-space knob's value in the plain Transformer (``layer_sharing``: none)."""
     return {k.name: k.dense for k in KNOBS if k.is_design_knob}
-
-
-def markdown() -> str:
-    """The README's knob list: one row per knob."""
-    rows = ["| key | values | default | families | acts on | meaning | from |",
-            "|---|---|---|---|---|---|---|"]
-    for k in KNOBS:
-        families = "all" if k.families == FAMILY_NAMES else ", ".join(k.families)
-        rows.append(f"| `{k.name}` | {k.bounds()} | {_default_text(k)} | {families} | "
-                    f"{', '.join(k.acts_on) or '-'} | {k.meaning} | {k.paper} |")
-    return "\n".join(rows) + "\n"
-
-
-def _text(value: Any) -> str:
-    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(
-        value)
-
-
-def _default_text(knob: Knob) -> str:
-    if knob.defaults:
-        by_value: dict[str, list[str]] = {}
-        for family, value in knob.defaults:
-            by_value.setdefault(_text(value), []).append(family)
-        return "; ".join(f"{value} ({', '.join(families)})"
-                         for value, families in by_value.items())
-    if knob.is_design_knob:
-        return _text(knob.dense)
-    from nas._preset_table import family_defaults  # the rows import the registry, on this
-
-    if knob.kind == "family":
-        return "-"
-    preset = any(family_defaults(f).get(knob.name) is not None for f in knob.families)
-    return "the family's base preset's" if preset else "null"
-
-
-def summary_markdown() -> str:
-    """The README's summary of the design space: the knobs the papers name."""
-    rows = ["| knob | config key | what it does |", "|---|---|---|"]
-    rows += [f"| {k.label} | `{k.name}` | {k.meaning.removeprefix(f'{k.label}: ')} |"
-             for k in KNOBS if k.label]
-    return "\n".join(rows) + "\n"

@@ -10,14 +10,13 @@ from typing import get_args
 import pytest
 
 import nas.config as config
+from docs._generate import README, knob_summary, knob_table, main, render, section
 from nas.config import ArchConfig
 from nas.errors import ConfigError
-from nas.knobs import FAMILY_NAMES, KNOBS, by_name, dense_values, markdown, summary_markdown
+from nas.knobs import FAMILY_NAMES, KNOBS, by_name, dense_values
 from nas.models.base import attention_knobs, ffn_knobs
 from nas.presets import family_defaults, get_preset
 from search_spaces import _knobs as space_knobs
-
-README = Path(__file__).parents[1] / "README.md"
 
 
 def test_every_config_field_is_a_row_of_the_table_and_back() -> None:
@@ -71,17 +70,27 @@ def test_the_dense_values_build_the_plain_transformer() -> None:
 
 
 def test_the_readme_lists_the_table() -> None:
-    text = README.read_text()
-    start = text.index("<!-- knobs: nas.knobs.markdown() -->\n") + len(
-        "<!-- knobs: nas.knobs.markdown() -->\n")
-    assert text[start:text.index("<!-- /knobs -->")] == markdown()
+    assert section(README.read_text(), "knobs") == knob_table()
+    assert knob_table().count("\n") == len(KNOBS) + 2  # a header, a rule and a row per knob
 
 
 def test_the_readme_summarises_the_knobs_the_papers_name() -> None:
+    assert section(README.read_text(), "knob summary") == knob_summary()
+
+
+def test_the_generator_rewrites_a_stale_section_and_check_reports_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     text = README.read_text()
-    marker = "<!-- knob summary: nas.knobs.summary_markdown() -->\n"
-    start = text.index(marker) + len(marker)
-    assert text[start:text.index("<!-- /knob summary -->")] == summary_markdown()
+    stale = text.replace(knob_table(), knob_table().replace("| `d_model` |", "| `width` |"))
+    assert stale != text and render(stale) == text
+    readme = tmp_path / "README.md"
+    readme.write_text(stale)
+    monkeypatch.setattr("docs._generate.README", readme)
+    assert main(["--check"]) == 1 and readme.read_text() == stale
+    assert "stale generated sections ['knobs']" in capsys.readouterr().err
+    assert main([]) == 0 and readme.read_text() == text
+    assert main(["--check"]) == 0
 
 
 @pytest.mark.parametrize("preset", ["mcan-small", "lw-mini", "lw-3x", "acort-base",

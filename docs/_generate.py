@@ -1,0 +1,113 @@
+"""The README's generated sections, rendered from the code that declares them.
+
+The knob table (``nas.knobs``) is declared once; its lists for people are rendered here, above
+the packages, so that ``nas`` never imports its own presets to print a column (a docs site can
+render its reference from the same functions). A generated section of ``README.md`` lies between
+``<!-- NAME: docs._generate.FUNCTION() -->`` and ``<!-- /NAME -->``; ``tests/test_knobs.py``
+keeps each equal to its function. After changing a knob::
+
+    python -m docs._generate           # rewrite README.md's generated sections
+    python -m docs._generate --check   # exit 1 (naming them) when a section is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nas.knobs import FAMILY_NAMES, KNOBS, Knob
+from nas.presets import family_defaults
+
+__all__ = ["README", "SECTIONS", "knob_summary", "knob_table", "main", "render", "section"]
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def knob_table() -> str:
+    """The README's knob list: one row per knob of ``nas.knobs.KNOBS``."""
+    rows = ["| key | values | default | families | acts on | meaning | from |",
+            "|---|---|---|---|---|---|---|"]
+    for k in KNOBS:
+        families = "all" if k.families == FAMILY_NAMES else ", ".join(k.families)
+        rows.append(f"| `{k.name}` | {k.bounds()} | {_default_text(k)} | {families} | "
+                    f"{', '.join(k.acts_on) or '-'} | {k.meaning} | {k.paper} |")
+    return "\n".join(rows) + "\n"
+
+
+def knob_summary() -> str:
+    """The README's summary of the design space: the knobs the papers name."""
+    rows = ["| knob | config key | what it does |", "|---|---|---|"]
+    rows += [f"| {k.label} | `{k.name}` | {k.meaning.removeprefix(f'{k.label}: ')} |"
+             for k in KNOBS if k.label]
+    return "\n".join(rows) + "\n"
+
+
+def _text(value: Any) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(
+        value)
+
+
+def _default_text(knob: Knob) -> str:
+    """A knob's default as the README states it: per family, its dense value, or the base
+    presets'."""
+    if knob.defaults:
+        by_value: dict[str, list[str]] = {}
+        for family, value in knob.defaults:
+            by_value.setdefault(_text(value), []).append(family)
+        return "; ".join(f"{value} ({', '.join(families)})"
+                         for value, families in by_value.items())
+    if knob.is_design_knob:
+        return _text(knob.dense)
+    if knob.kind == "family":
+        return "-"
+    preset = any(family_defaults(f).get(knob.name) is not None for f in knob.families)
+    return "the family's base preset's" if preset else "null"
+
+
+#: section name -> the function rendering it
+SECTIONS: dict[str, Callable[[], str]] = {"knob summary": knob_summary, "knobs": knob_table}
+
+
+def _bounds(text: str, name: str) -> tuple[int, int]:
+    """Where section ``name``'s content starts and ends in ``text``."""
+    opening = f"<!-- {name}: docs._generate.{SECTIONS[name].__name__}() -->\n"
+    start = text.index(opening) + len(opening)
+    return start, text.index(f"<!-- /{name} -->", start)
+
+
+def section(text: str, name: str) -> str:
+    """The content of section ``name`` in ``text`` (a README), between its markers."""
+    start, end = _bounds(text, name)
+    return text[start:end]
+
+
+def render(text: str) -> str:
+    """``text`` with every section of :data:`SECTIONS` rendered afresh."""
+    for name, function in SECTIONS.items():
+        start, end = _bounds(text, name)
+        text = text[:start] + function() + text[end:]
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Rewrite README.md's generated sections, or with ``--check`` only say which are stale."""
+    parser = argparse.ArgumentParser(prog="python -m docs._generate", description=main.__doc__)
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if stale")
+    args = parser.parse_args(argv)
+    text = README.read_text()
+    stale = [name for name, function in SECTIONS.items() if section(text, name) != function()]
+    if args.check:
+        if stale:
+            print(f"README.md: stale generated sections {stale}; run python -m docs._generate",
+                  file=sys.stderr)
+        return 1 if stale else 0
+    if stale:
+        README.write_text(render(text))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
