@@ -12,7 +12,7 @@ config rejects it: consecutive blocks alternate window shifts).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from timm.layers import trunc_normal_
@@ -23,7 +23,7 @@ from timm.models.swin_transformer import (
 )
 from torch import nn
 
-from nas.config import ArchConfig, AttentionSharing, groups_split_heads
+from nas.config import ArchConfig, groups_split_heads
 from nas.layers import Attention, FeedForward
 from nas.layers.attention import Cache
 from nas.models.base import attention_knobs, ffn_knobs
@@ -51,9 +51,11 @@ class WindowAttention(Attention):
         dim: width of the stage.
         num_heads: heads of the stage.
         window_size: (Wh, Ww), the window after timm clamped it to the stage resolution.
-        groups, merge_groups, weight_sharing, qk_multiplier, sharing: as ``Attention``; the
-            projections are grouped by channels (LW-Swin), so ``groups`` need not divide the
-            heads.
+        device, dtype: of its parameters and of ``Attention``'s.
+        **kwargs: ``Attention``'s keywords as they are: the knobs the table binds
+            (``nas.models.base.attention_knobs``; a new attention knob is an argument there, not
+            here) and the dropouts. The projections are grouped by channels
+            (LW-Swin), so ``groups`` need not divide the heads.
     """
 
     relative_position_index: torch.Tensor
@@ -64,25 +66,12 @@ class WindowAttention(Attention):
         num_heads: int,
         window_size: tuple[int, int],
         *,
-        groups: int = 1,
-        merge_groups: int = 1,
-        weight_sharing: bool = False,
-        qk_multiplier: int = 1,
-        sharing: AttentionSharing = "none",
-        qkv_bias: bool = True,
-        attn_drop: float = 0.0,
-        proj_drop: float = 0.0,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(
-            dim, num_heads, groups=groups, merge_groups=merge_groups,
-            weight_sharing=weight_sharing, qk_multiplier=qk_multiplier, sharing=sharing,
-            qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
-            heads_in_groups=groups_split_heads("swin"),
-            device=device,
-            dtype=dtype,
-        )
+        super().__init__(dim, num_heads, heads_in_groups=groups_split_heads("swin"),
+                         device=device, dtype=dtype, **kwargs)
         win_h, win_w = window_size
         self.window_size, self.window_area = (win_h, win_w), win_h * win_w
         self.relative_position_bias_table = nn.Parameter(

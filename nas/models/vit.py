@@ -19,7 +19,7 @@ from timm.layers import trunc_normal_
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from nas.config import ArchConfig, AttentionSharing
+from nas.config import ArchConfig
 from nas.errors import ConfigError
 from nas.layers import Attention, FeedForward, GroupLinear, SharedStack
 from nas.layers.attention import Cache
@@ -46,38 +46,30 @@ class TimmAttention(Attention):
     Takes the keyword arguments timm's ``Block`` passes to ``attn_layer`` and accepts its call
     ``attn(x, attn_mask=..., is_causal=...)``, where a float ``attn_mask`` is additive (as in
     ``F.scaled_dot_product_attention``) and a bool one is True where attention is allowed.
+
+    Its own arguments are timm's that ``Attention`` does not share: ``qkv_bias`` (timm's default,
+    False), ``qk_norm`` and ``scale_norm`` (refused) and ``norm_layer`` (timm's norm for them).
+    Every other keyword, timm's (``proj_bias``, ``attn_drop``, ``proj_drop``, ``device``,
+    ``dtype``) and the knobs the table binds (``nas.models.base.attention_knobs``), goes to
+    ``Attention`` as it is: a new attention knob is an argument there, not here.
     """
 
     def __init__(
         self,
         dim: int,
         num_heads: int = 8,
+        *,
         qkv_bias: bool = False,
         qk_norm: bool = False,
         scale_norm: bool = False,
-        proj_bias: bool = True,
-        attn_drop: float = 0.0,
-        proj_drop: float = 0.0,
         norm_layer: type[nn.Module] | None = None,
-        *,
-        groups: int = 1,
-        merge_groups: int = 1,
-        weight_sharing: bool = False,
-        qk_multiplier: int = 1,
-        sharing: AttentionSharing = "none",
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
+        **kwargs: Any,
     ) -> None:
         if qk_norm or scale_norm:
             raise ValueError(
                 f"qk_norm / scale_norm are not supported, but got {qk_norm=}, {scale_norm=}."
             )
-        super().__init__(
-            dim, num_heads, groups=groups, merge_groups=merge_groups,
-            weight_sharing=weight_sharing, qk_multiplier=qk_multiplier, sharing=sharing,
-            qkv_bias=qkv_bias, proj_bias=proj_bias, attn_drop=attn_drop, proj_drop=proj_drop,
-            device=device, dtype=dtype,
-        )
+        super().__init__(dim, num_heads, qkv_bias=qkv_bias, **kwargs)
 
     def forward(
         self,
@@ -106,8 +98,13 @@ class TimmAttention(Attention):
 class TimmFeedForward(FeedForward):
     """``nas.layers.FeedForward`` under timm's ``Mlp`` constructor.
 
-    ``hidden`` overrides timm's ``hidden_features`` (which timm derives as ``int(dim * mlp_ratio)``,
-    a float product that can round d_ff down by one).
+    Its own arguments are timm's widths (``in_features``, ``hidden_features``, ``out_features``),
+    ``act_layer`` (timm's default, GELU), timm's ``norm_layer`` (refused: no hidden norm) and
+    ``hidden``, which overrides timm's ``hidden_features`` (timm derives that as
+    ``int(dim * mlp_ratio)``, a float product that can round d_ff down by one). Every other
+    keyword, timm's (``bias``, ``drop``, ``device``, ``dtype``) and the knobs the table binds
+    (``nas.models.base.ffn_knobs``), goes to ``FeedForward`` as it is: a new FFN knob is an
+    argument there, not here.
     """
 
     def __init__(
@@ -116,25 +113,15 @@ class TimmFeedForward(FeedForward):
         hidden_features: int | None = None,
         out_features: int | None = None,
         act_layer: type[nn.Module] | str = nn.GELU,
-        norm_layer: type[nn.Module] | None = None,
-        bias: bool = True,
-        drop: float = 0.0,
         *,
+        norm_layer: type[nn.Module] | None = None,
         hidden: int | None = None,
-        groups: int = 1,
-        intermediate_groups: int = 1,
-        weight_sharing: bool = False,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
+        **kwargs: Any,
     ) -> None:
         if norm_layer is not None or out_features not in (None, in_features):
             raise ValueError("FeedForward has no hidden norm and maps d -> d.")
         width = hidden if hidden is not None else hidden_features or in_features
-        super().__init__(
-            in_features, width, groups=groups, intermediate_groups=intermediate_groups,
-            weight_sharing=weight_sharing, act_layer=act_layer, drop=drop, bias=bias,
-            device=device, dtype=dtype,
-        )
+        super().__init__(in_features, width, act_layer=act_layer, **kwargs)
 
 
 def _bind(layer: type[nn.Module], **knobs: Any) -> type[nn.Module]:
