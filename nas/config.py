@@ -109,6 +109,7 @@ class ArchConfig:
     patch_size: int | None = None
     window_size: int | None = None
     ffn_activation: FfnActivation | None = None  # None: the family's (nas.knobs)
+    qk_norm: bool = False
     # The knobs plugins registered (``nas.registry.register_knob``): sorted (name, value) pairs,
     # read with ``knob(name)``.
     _extras: tuple[tuple[str, Any], ...] = field(default=(), repr=False)

@@ -198,6 +198,9 @@ _LATER: tuple[Knob, ...] = (
          choices=("relu", "gelu", "silu"), label="FFN activation",
          defaults=per_family(mcan="relu", ort="relu", lxmert="gelu", vit="gelu", swin="gelu"),
          acts_on=("ffn",), block_arg="act_layer"),
+    Knob("qk_norm", "bool", "QK-norm: LayerNorm on each head's queries and keys before their "
+         "dot product (timm's qk_norm)", "ViT-22B (Dehghani et al. 2023); timm", dense=False,
+         acts_on=("attention",), block_arg="qk_norm"),
 )
 
 KNOBS: tuple[Knob, ...] = (*(replace(k, pinned=True) for k in _FIRST), *_LATER)

@@ -14,9 +14,10 @@ words; the decoder is fed what training feeds, BOS + the whole caption
 sees its GEMMs instead of an opaque ``mkldnn_rnn_layer``.
 
 The random architectures are drawn by the shipped search spaces (``search_spaces/*.yaml``, every
-knob they search, plus the group-wise knobs and radix bases for ORT and window sizes that pad for
-Swin) over CPU-sized widths, depths and task geometries. Their seed rotates with a pytest option,
-so new cases can be tried over time while CI stays deterministic (default 0)::
+knob they search, plus the group-wise knobs and radix bases for ORT, window sizes that pad for
+Swin and ``qk_norm`` for every family) over CPU-sized widths, depths and task geometries. Their
+seed rotates with a pytest option, so new cases can be tried over time while CI stays
+deterministic (default 0)::
 
     pytest tests/test_flop_counter.py --flop-seed 7
 
@@ -55,8 +56,9 @@ _CAPTION = TaskGeometry("flop-captions", "caption", 101, regions=5, region_dim=1
                         caption_words=4)
 _IMAGE = TaskGeometry("flop-images", "image", 10, image_size=32)
 
+# qk_norm is drawn last (a knob added since): the draws of the other knobs stay what they were.
 _WIDTHS = {"heads_per_group": {"choices": [1, 2]}, "head_dim": {"choices": [4, 8]},
-           "ffn_ratio": {"choices": [2, 4]}}
+           "ffn_ratio": {"choices": [2, 4]}, "qk_norm": {"choices": [False, True]}}
 _LW = ("groups", "group_attention", "group_ffn", "group_merge", "group_intermediate",
        "weight_sharing", "qk_multiplier")
 
@@ -86,7 +88,7 @@ _SPACES: dict[str, tuple[str, dict[str, Any], dict[str, Any], TaskGeometry]] = {
     # three, windows of 4 fit, and timm shrinks any window to a 2-wide last stage.
     "swin": ("lw_swin", {"family": "swin", "d_model": 24, "d_ff": 48, "heads": 3,
                          "depths": [1, 1, 2, 1], "patch_size": 2, "window_size": 3},
-             {"window_size": {"choices": [2, 3, 4]},
+             {"window_size": {"choices": [2, 3, 4]}, "qk_norm": {"choices": [False, True]},
               "depths": {"choices": [[1, 1, 2, 1], [2, 2, 2, 2], [1, 1, 1, 1]]}}, _IMAGE),
 }
 
@@ -187,3 +189,9 @@ def test_one_pass_gives_the_cost_and_the_memory_profile_of_random_architectures(
     for index in range(CASES_PER_FAMILY):
         seed = random.Random(f"{flop_seed}/{family}/{index}").randrange(2**31)
         _one_pass_equals_two(_draw(family, seed), _SPACES[family][3])
+
+
+def test_the_random_architectures_draw_qk_norm_both_ways(flop_seed: int) -> None:
+    drawn = {_draw(family, random.Random(f"{flop_seed}/{family}/{index}").randrange(2**31))
+             .qk_norm for family in _FAMILIES for index in range(CASES_PER_FAMILY)}
+    assert drawn == {False, True}

@@ -64,7 +64,7 @@ def test_the_dense_values_build_the_plain_transformer() -> None:
     dense = dense_values()
     assert set(dense) == {"groups", "group_attention", "group_ffn", "weight_sharing",
                           "group_merge", "group_intermediate", "qk_multiplier",
-                          "attention_sharing", "layer_sharing"}
+                          "attention_sharing", "qk_norm", "layer_sharing"}
     plain = ArchConfig.from_dict({**family_defaults("mcan"), "family": "mcan", **dense})
     assert plain == ArchConfig.from_dict({**family_defaults("mcan"), "family": "mcan"})
 
@@ -100,7 +100,7 @@ def test_the_blocks_take_their_knobs_from_the_table(preset: str) -> None:
     assert attention_knobs(config) == {
         "groups": config.attention_groups, "merge_groups": config.merge_groups,
         "weight_sharing": config.weight_sharing, "qk_multiplier": config.qk_multiplier,
-        "sharing": config.attention_sharing}
+        "sharing": config.attention_sharing, "qk_norm": config.qk_norm}
     ffn = ffn_knobs(config)
     assert {k: ffn[k] for k in ("groups", "intermediate_groups", "weight_sharing")} == {
         "groups": config.ffn_groups, "intermediate_groups": config.intermediate_groups,

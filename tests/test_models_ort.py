@@ -343,6 +343,11 @@ CACHE_CASES = [
     pytest.param({"attention_sharing": "qk", "qk_multiplier": 2, "groups": 2,
                   "group_attention": True, "weight_sharing": True,
                   "layer_sharing": {"decoder": "0,1,0"}, "radix_base": 5}, id="qk+groups+radix"),
+    pytest.param({"attention_sharing": "kv", "qk_norm": True,
+                  "layer_sharing": {"decoder": "0,1,0"}}, id="kv+qk_norm"),
+    pytest.param({"attention_sharing": "qk", "qk_multiplier": 2, "qk_norm": True},
+                 id="qk+qk_norm"),
+    pytest.param({"qk_norm": True}, id="qk_norm"),
     pytest.param({}, id="unshared"),
 ]
 

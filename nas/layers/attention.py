@@ -1,14 +1,16 @@
 """Multi-head attention with every knob of the design space.
 
 G-MHA (group-wise Q/K/V projections), WS, G-LML (group-wise W_O), the Q/K expansion multiplier n,
-attention parameter sharing (``none``/``kv``/``qk``/``qv``), self- and cross-attention, boolean
-masks, an additive logit bias (ORT's box geometry, Swin's relative positions and window masks) and
-incremental decoding with a key/value cache owned by the caller (one per executed depth).
+attention parameter sharing (``none``/``kv``/``qk``/``qv``), QK-norm, self- and cross-attention,
+boolean masks, an additive logit bias (ORT's box geometry, Swin's relative positions and window
+masks) and incremental decoding with a key/value cache owned by the caller (one per executed
+depth).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -38,6 +40,10 @@ class Attention(nn.Module):
         qk_multiplier: Q and K are n*d wide; the softmax scale is 1/sqrt(n*d/h).
         sharing: ``none``; ``kv`` (V is the projected key); ``qk`` (K uses W_Q);
             ``qv`` (V is the projected query: self-attention only).
+        qk_norm: normalise each head's queries and keys (``norm_layer`` over the n*d/h channels
+            of a head, its own for Q and for K) before their dot product, as timm's
+            ``qk_norm=True``. A shared projection's value stays the unnormalised projection.
+        norm_layer: the norm of ``qk_norm``, called as ``norm_layer(width, device=, dtype=)``.
         qkv_bias: bias on Q/K/V projections.
         heads_in_groups: each head lies inside one group (``num_heads % groups == 0``, the LW
             papers' G-MHA). False groups the projections by channels only (LW-Swin): a head may
@@ -54,6 +60,8 @@ class Attention(nn.Module):
         weight_sharing: bool = False,
         qk_multiplier: int = 1,
         sharing: Literal["none", "kv", "qk", "qv"] = "none",
+        qk_norm: bool = False,
+        norm_layer: Callable[..., nn.Module] = nn.LayerNorm,
         qkv_bias: bool = True,
         proj_bias: bool = True,
         attn_drop: float = 0.0,
@@ -75,7 +83,8 @@ class Attention(nn.Module):
         self.dim, self.num_heads, self.sharing = dim, num_heads, sharing
         self.qk_dim = qk_multiplier * dim
         self.scale = 1.0 / math.sqrt(self.qk_dim / num_heads)
-        kw = {"shared": weight_sharing, "bias": qkv_bias, "device": device, "dtype": dtype}
+        dd = {"device": device, "dtype": dtype}
+        kw = {"shared": weight_sharing, "bias": qkv_bias, **dd}
         self.q = GroupLinear(dim, self.qk_dim, groups, **kw)  # type: ignore[arg-type]
         self.k = (
             None if sharing == "qk" else GroupLinear(dim, self.qk_dim, groups, **kw)  # type: ignore[arg-type]
@@ -83,6 +92,9 @@ class Attention(nn.Module):
         self.v = (
             None if sharing in ("kv", "qv") else GroupLinear(dim, dim, groups, **kw)  # type: ignore[arg-type]
         )
+        width = self.qk_dim // num_heads
+        self.q_norm = norm_layer(width, **dd) if qk_norm else nn.Identity()  # (.., n*d/h)
+        self.k_norm = norm_layer(width, **dd) if qk_norm else nn.Identity()
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj = GroupLinear(
             dim, dim, merge_groups, shared=weight_sharing, bias=proj_bias, device=device,
@@ -99,20 +111,21 @@ class Attention(nn.Module):
     ]:
         """Project the key/value stream: returns (K, V), each (B, h, L_k, .).
 
-        ``q`` is the projected query in self-attention (None in cross-attention): with ``qk``
-        sharing K equals it, with ``qv`` sharing V does.
+        ``q`` is the projected query in self-attention, before ``q_norm`` (None in
+        cross-attention): with ``qk`` sharing K is projected as it, with ``qv`` sharing V is it.
+        K is normalised by ``k_norm``; V never is (with ``kv`` sharing it is the projected key).
         """
         if self.k is None:  # qk: W_K = W_Q
             k = q if q is not None else self._heads(self.q(memory))
         else:
             k = self._heads(self.k(memory))
         if self.sharing == "kv":
-            return k, k  # the value IS the projected key
+            return self.k_norm(k), k  # the value IS the projected key (the same tensor unnormed)
         if self.sharing == "qv":
             assert q is not None  # self-attention only: V is the projected query
-            return k, q
+            return self.k_norm(k), q
         assert self.v is not None
-        return k, self._heads(self.v(memory))
+        return self.k_norm(k), self._heads(self.v(memory))
 
     def forward(
         self,
@@ -135,16 +148,18 @@ class Attention(nn.Module):
         """
         if memory is not None and self.sharing == "qv":
             raise ValueError("sharing='qv' is self-attention only: V must come from Q's input.")
-        q = self._heads(self.q(x))  # (B, h, L_q, n*d/h)
+        projected = self._heads(self.q(x))  # (B, h, L_q, n*d/h)
+        q = self.q_norm(projected)
         if cache is not None and static_kv and "k" in cache:
             k, v = cache["k"], cache["v"]
         else:
             source = x if memory is None else memory
-            k, v = self._key_value(source, q if memory is None else None)
+            k, v = self._key_value(source, projected if memory is None else None)
             if cache is not None:
                 if not static_kv and "k" in cache:
+                    same = v is k  # kv sharing without qk_norm: one tensor, one concatenation
                     k = torch.cat([cache["k"], k], dim=2)
-                    v = k if self.sharing == "kv" else torch.cat([cache["v"], v], dim=2)
+                    v = k if same else torch.cat([cache["v"], v], dim=2)
                 cache["k"], cache["v"] = k, v
         logits = (q @ k.transpose(-2, -1)) * self.scale  # (B, h, L_q, L_k)
         if attn_bias is not None:

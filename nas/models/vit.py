@@ -48,7 +48,8 @@ class TimmAttention(Attention):
     ``F.scaled_dot_product_attention``) and a bool one is True where attention is allowed.
 
     Its own arguments are timm's that ``Attention`` does not share: ``qkv_bias`` (timm's default,
-    False), ``qk_norm`` and ``scale_norm`` (refused) and ``norm_layer`` (timm's norm for them).
+    False), ``scale_norm`` (refused) and ``norm_layer``, timm's norm (ViT's: LayerNorm with eps
+    1e-6), which becomes the norm of ``qk_norm`` as in timm's own attention.
     Every other keyword, timm's (``proj_bias``, ``attn_drop``, ``proj_drop``, ``device``,
     ``dtype``) and the knobs the table binds (``nas.models.base.attention_knobs``), goes to
     ``Attention`` as it is: a new attention knob is an argument there, not here.
@@ -60,15 +61,14 @@ class TimmAttention(Attention):
         num_heads: int = 8,
         *,
         qkv_bias: bool = False,
-        qk_norm: bool = False,
         scale_norm: bool = False,
         norm_layer: type[nn.Module] | None = None,
         **kwargs: Any,
     ) -> None:
-        if qk_norm or scale_norm:
-            raise ValueError(
-                f"qk_norm / scale_norm are not supported, but got {qk_norm=}, {scale_norm=}."
-            )
+        if scale_norm:
+            raise ValueError(f"scale_norm is not supported, but got {scale_norm=}.")
+        if norm_layer is not None:
+            kwargs["norm_layer"] = norm_layer
         super().__init__(dim, num_heads, qkv_bias=qkv_bias, **kwargs)
 
     def forward(
