@@ -54,8 +54,8 @@ class WindowAttention(Attention):
         device, dtype: of its parameters and of ``Attention``'s.
         **kwargs: ``Attention``'s keywords as they are: the knobs the table binds
             (``nas.models.base.attention_knobs``; a new attention knob is an argument there, not
-            here) and the dropouts. The projections are grouped by channels
-            (LW-Swin), so ``groups`` need not divide the heads.
+            here) and the dropouts. The projections are grouped by channels (LW-Swin), so
+            ``groups`` need not divide the heads.
     """
 
     relative_position_index: torch.Tensor

@@ -49,10 +49,10 @@ class TimmAttention(Attention):
 
     Its own arguments are timm's that ``Attention`` does not share: ``qkv_bias`` (timm's default,
     False), ``scale_norm`` (refused) and ``norm_layer``, timm's norm (ViT's: LayerNorm with eps
-    1e-6), which becomes the norm of ``qk_norm`` as in timm's own attention.
-    Every other keyword, timm's (``proj_bias``, ``attn_drop``, ``proj_drop``, ``device``,
-    ``dtype``) and the knobs the table binds (``nas.models.base.attention_knobs``), goes to
-    ``Attention`` as it is: a new attention knob is an argument there, not here.
+    1e-6), which becomes the norm of ``qk_norm`` as in timm's own attention. Every other
+    keyword, timm's (``proj_bias``, ``attn_drop``, ``proj_drop``, ``device``, ``dtype``) and the
+    knobs the table binds (``nas.models.base.attention_knobs``), goes to ``Attention`` as it is:
+    a new attention knob is an argument there, not here.
     """
 
     def __init__(
