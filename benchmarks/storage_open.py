@@ -22,7 +22,7 @@ from pathlib import Path
 
 import optuna
 
-from studies.storage import open_storage
+from studies.store.storage import open_storage
 
 
 def _study(url: str, trials: int) -> None:

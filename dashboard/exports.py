@@ -27,7 +27,7 @@ from nas.errors import NasError
 from studies.export import FORMATS, INDEX, TrialRecord, build_record, known_geometry, pareto_index
 from studies.export import trial_record as slow_trial_record
 from studies.spec import StudySpec
-from studies.stored import inert
+from studies.store import inert
 
 __all__ = ["pareto_zip", "records_of", "trial_file", "trial_record"]
 

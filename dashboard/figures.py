@@ -23,7 +23,7 @@ from dashboard._sql import number as stored_number
 from dashboard.analysis import front_mask, knob_groups
 from dashboard.data import StudyData
 from dashboard.formatting import Kind, header, kind_of, number
-from studies.record import Status
+from studies.store import Status
 
 __all__ = [
     "COLORS",

@@ -17,7 +17,7 @@ from dash.dash_table.DataTable import DataTable
 from dashboard.data import UNFINISHED, StudyData, StudyInfo
 from dashboard.figures import SCALES
 from dashboard.formatting import header, kind_of, number
-from studies.record import Status, TrialKey
+from studies.store import Status, TrialKey
 
 __all__ = [
     "VIEW_TABS",

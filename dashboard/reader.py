@@ -21,8 +21,7 @@ from sqlalchemy.engine import make_url
 
 from dashboard import data
 from dashboard.data import UNFINISHED, StudyData, StudyInfo
-from studies.record import Status
-from studies.storage import resolve_storage_url
+from studies.store import Status, resolve_storage_url
 
 __all__ = ["Listing", "SqlReader", "StudyReader", "listing_of"]
 

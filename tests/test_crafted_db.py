@@ -35,10 +35,10 @@ from postgres_fixture import postgres_url
 from nas.cost import estimate_cost
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study
-from studies.lease import acquire
-from studies.record import Status, StudyKey, TrialKey
-from studies.storage import open_storage, write_epoch
-from studies.stored import iter_keys
+from studies.store import Status, StudyKey, TrialKey
+from studies.store.keys import iter_keys
+from studies.store.lease import acquire
+from studies.store.storage import open_storage, write_epoch
 
 __all__ = ["postgres_url"]  # a fixture, imported for the PostgreSQL test
 

@@ -87,9 +87,8 @@ from nas.errors import NasError
 from nas_cli.dashboard_cmd import register
 from studies.pareto import hypervolume_history as pareto_history
 from studies.pareto import nondominated_mask, normalized_hypervolume, pareto_sweep, to_minimization
-from studies.record import Status, StudyKey, TrialKey
 from studies.report import study_status
-from studies.storage import StorageError, epochs_table
+from studies.store import Status, StorageError, StudyKey, TrialKey, epochs_table
 
 __all__ = ["postgres_url"]  # a fixture, imported for this module's tests
 

@@ -54,9 +54,9 @@ from dashboard.testing import (
 )
 from nas.errors import NasError
 from studies import StudySpec, create_study
-from studies.record import Status, StudyKey, TrialKey
-from studies.storage import epochs_table, write_epoch
-from studies.stored import StoredValueError, iter_keys, trial_attrs
+from studies.store import Status, StoredValueError, StudyKey, TrialKey, epochs_table, trial_attrs
+from studies.store.keys import iter_keys
+from studies.store.storage import write_epoch
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -579,7 +579,7 @@ def test_the_study_pages_checks_agree_with_studies_stored(key: str, value: Any) 
 ])
 def test_the_fast_decoding_agrees_with_studies_stored(text: str) -> None:
     from dashboard._sql import _decode
-    from studies.stored import loads
+    from studies.store import loads
 
     try:
         expected = loads(text, study=STUDY, key="k")

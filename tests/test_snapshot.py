@@ -9,7 +9,7 @@ import pytest
 from optuna.storages import BaseStorage, RDBStorage
 from optuna.trial import TrialState
 
-from studies._snapshot import SnapshotStorage, asking_study
+from studies.store._snapshot import SnapshotStorage, asking_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -130,9 +130,8 @@ def test_rungs_rebuilt_on_resume_read_costs_as_data(tmp_path) -> None:
 
     from studies import StudySpec, create_study
     from studies._tune import _rebuild_rungs
-    from studies.record import Status, TrialKey
-    from studies.storage import write_epoch
-    from studies.stored import StoredValueError
+    from studies.store import Status, StoredValueError, TrialKey
+    from studies.store.storage import write_epoch
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     spec = StudySpec.from_dict(h.study_dict("r", fidelity={"epochs": 4, "early_stopping": "asha"}))
