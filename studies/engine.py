@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import optuna
+
 from nas.config import ArchConfig
 from nas.errors import ConfigError, NasError, RunAborted
 from nas.loading import load_arch
@@ -195,20 +197,23 @@ def _enqueue_params(space: SearchSpace, item: Any,
         raise ConfigError(f"Cannot enqueue {label!r}: {exc}") from None
 
 
-def load_existing(name: str, storage: StudyStore | str | None = None, *,
+def load_existing(name: str,
+                  storage: StudyStore | optuna.storages.RDBStorage | str | None = None, *,
                   write: bool = False) -> StudyRun:
     """Load a study and its spec and space from the database alone.
 
-    ``storage`` is an open store, used as it is, or a URL (``None``: the default storage). A
-    URL is opened read-only (``StudyStore.open_study``): reading a study creates and writes
-    nothing. ``write=True`` first checks read-only that the study exists, so an unknown name
-    still writes nothing, then opens the store writable; callers read and check everything
-    stored read-only before that (``prepare_resume``, ``nas promote`` through its plan), so a
-    value that does not parse refuses with nothing written.
+    ``storage`` is an open store (or Optuna's storage of one), used as it is, or a URL
+    (``None``: the default storage). A URL is opened read-only (``StudyStore.open_study``):
+    reading a study creates and writes nothing. ``write=True`` first checks read-only that the
+    study exists, so an unknown name still writes nothing, then opens the store writable;
+    callers read and check everything stored read-only before that (``prepare_resume``, ``nas
+    promote`` through its plan), so a value that does not parse refuses with nothing written.
 
     Raises:
         UnknownStudyError: no study ``name`` there (the message lists the studies there).
     """
+    if isinstance(storage, optuna.storages.RDBStorage):
+        storage = StudyStore(storage)
     store = (storage if isinstance(storage, StudyStore)
              else StudyStore.open_study(name, storage, write=write))
     study, attrs, trials = store.load(name)
