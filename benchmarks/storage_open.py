@@ -1,4 +1,4 @@
-"""Opening a study database: ``studies.storage.open_storage`` against Optuna's own ``RDBStorage``.
+"""Opening a study database: ``studies.store.storage.open_storage`` against Optuna's ``RDBStorage``.
 
     python benchmarks/storage_open.py [--opens 40] [--trials 20]
 

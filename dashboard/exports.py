@@ -9,7 +9,7 @@ task must be built to know it goes through ``studies.export`` itself, over the s
 storage.
 
 What the record holds was read from the database, so it is parsed as every reader parses it
-(``studies.stored``: the study's typed attributes here, the trial's and its architecture in
+(``studies.store.stored``: the study's typed attributes here, the trial's and its architecture in
 ``build_record``), and a file the export copies (a ``torch`` or ``timm`` checkpoint) is read
 only by ``studies.export``'s formats, which refuse one outside the study's checkpoint folder or
 not the trial's own. Every refusal is a ``NasError``, which the app shows beside the button.

@@ -53,7 +53,7 @@ WEBGL_FROM = 2000
 COLORS = {"front": "#1f77b4", "dominated": "rgba(127,127,127,0.3)", "rejected": "#d62728",
           "other": "#ff7f0e", "selected": "#e6007e"}
 _DOMINATED_3D = "#7f7f7f"  # COLORS["dominated"] without its transparency
-#: One colour per trial status (the words of ``studies.record.Status``, and running).
+#: One colour per trial status (the words of ``studies.store.Status``, and running).
 STATUS_COLORS = {Status.COMPLETED: "#1f77b4", Status.REUSED: "#17becf",
                  Status.STOPPED: "#9467bd", Status.FAILED: "#ff7f0e",
                  Status.REJECTED: "#d62728", Status.INTERRUPTED: "#8c564b",

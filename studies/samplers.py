@@ -145,7 +145,7 @@ def stopped_values(trial: FrozenTrial, objectives: Sequence[Any],
     """A stopped trial's objective vector at the epoch it reached: the metric objective's last
     intermediate value, each cost objective from its stored cost; ``None`` where one is
     missing (a measured objective such as ``latency_ms`` is measured only after the full
-    epochs) or the stored attributes do not parse (``studies.stored``)."""
+    epochs) or the stored attributes do not parse (``studies.store.stored``)."""
     from studies.store.keys import Status
     from studies.store.stored import StoredValueError, trial_attrs
 

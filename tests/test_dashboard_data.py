@@ -363,7 +363,7 @@ def test_list_studies(study: EngineStudy, engine: sa.Engine) -> None:
         10, 6, 1, 1, 1, 1)
     assert row.task == "digits"
     assert infos[1].objectives == ("accuracy", "params")
-    # A status word that is not one of studies.record.Status' counts by the trial's state.
+    # A status word that is not one of studies.store.Status' counts by the trial's state.
     evil = frame.set_index("name").loc[EVIL]
     assert (evil.trials, evil.completed, evil.stopped) == (4, 4, 0)
 

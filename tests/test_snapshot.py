@@ -1,4 +1,4 @@
-"""studies._snapshot: one read of the study's trials per suggestion, the same draws."""
+"""studies.store._snapshot: one read of the study's trials per suggestion, the same draws."""
 
 from __future__ import annotations
 

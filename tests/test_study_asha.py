@@ -124,7 +124,7 @@ def test_without_keep_nondominated_a_rung_keeps_only_its_best_share() -> None:
 
 def test_rungs_rebuilt_on_resume_read_costs_as_data(tmp_path) -> None:
     """The rung records a resume rebuilds come from the stored epochs and each trial's stored
-    cost, read through ``studies.stored``: a cost another program wrote as something else is
+    cost, read through ``studies.store.stored``: a cost another program wrote as something else is
     one line naming the study, trial and key, not a traceback."""
     import study_helpers as h
 

@@ -315,8 +315,7 @@ def test_a_full_disk_stops_the_run_in_one_line_and_resume_continues(tmp_path, mo
                                                                      capsys) -> None:
     """The per-epoch table cannot be written (as on a full disk): the run stops with one line
     and exit code 1, its running trials are closed, and `nas resume` finishes the study."""
-    import studies.record as record_module
-
+    import studies.store.record as record_module
     from studies.store import StorageError
 
     url = f"sqlite:///{tmp_path / 's.db'}"
