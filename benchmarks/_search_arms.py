@@ -33,8 +33,9 @@ from nas.cost import estimate_cost
 from search_spaces import load_space
 from studies import StudySpec, create_study, run_study
 from studies._trials import base_settings, counted_trials, suggest
-from studies.engine import prepare_resume, study_reference
-from studies.record import Status, StudyKey, TrialKey
+from studies.engine import prepare_resume
+from studies.reference import study_reference
+from studies.store import Status, StudyKey, TrialKey
 from trainers import get_task
 
 OBJECTIVES = ["accuracy", "params", "madds"]

@@ -48,9 +48,9 @@ from optuna.distributions import CategoricalDistribution, distribution_to_json
 from optuna.trial import FixedTrial
 
 from search_spaces import load_space
-from studies.record import STATE_OF, Status, StudyKey, TrialKey
 from studies.spec import StudySpec
-from studies.storage import epochs_table, open_storage
+from studies.store import STATE_OF, Status, StudyKey, TrialKey, epochs_table
+from studies.store.storage import open_storage
 
 NAME = "lw-transformer-10k"
 # Outcomes of the trials that pass the constraint (about 12% break it and are rejected).

@@ -54,7 +54,7 @@ from studies import create_study, run_study
 from studies._tune import validation_samples
 from studies.asha import Rungs, priority_order
 from studies.pareto import nondominated_mask, normalized_hypervolume, to_minimization
-from studies.stored import trial_attrs
+from studies.store import trial_attrs
 
 Curve = dict[str, Any]  # {"number", "cost": [params, madds], "values": [acc per epoch]}
 Rule = Callable[[int, int, int, Sequence[str], int | None], Rungs]

@@ -78,7 +78,8 @@ from _search_arms import (
 )
 
 from studies.pareto import hypervolume_history
-from studies.samplers import DEFAULT_SAMPLER, SAMPLERS
+from studies.samplers import SAMPLERS
+from studies.spec import DEFAULT_SAMPLER
 
 TASKS = {
     "digits": Task("digits", "digits", "quickstart", smoke=False, epochs=4, params_max=2.0e5,

@@ -1,4 +1,4 @@
-"""Opening a study database: ``studies.storage.open_storage`` against Optuna's own ``RDBStorage``.
+"""Opening a study database: ``studies.store.storage.open_storage`` against Optuna's ``RDBStorage``.
 
     python benchmarks/storage_open.py [--opens 40] [--trials 20]
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import optuna
 
-from studies.storage import open_storage
+from studies.store.storage import open_storage
 
 
 def _study(url: str, trials: int) -> None:

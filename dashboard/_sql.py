@@ -1,8 +1,9 @@
 """The SQL side of ``dashboard.data``: Optuna's tables as the dashboard reads them, read
 snapshots, and turning rows into frames quickly (10,000 trials are 100,000 rows). Read-only
-connections are ``studies.storage.read_only_engine_kwargs``.
+connections are ``studies.store.read_only_engine``'s, each read one snapshot
+(``studies.store.reading``).
 
-Every stored JSON text is decoded by ``studies.stored``'s rules (``loads``: size, depth, valid
+Every stored JSON text is decoded by ``studies.store.stored``'s rules (``loads``: size, depth, valid
 JSON) and every value of Optuna's own columns is checked before use: a column of SQLite may hold
 any type, whatever its declared one. The fast paths here (a plain short string, a JSON object
 the database itself checks) accept only what those rules accept; anything else takes the exact
@@ -11,10 +12,9 @@ path.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -26,11 +26,9 @@ from optuna.distributions import (
     CategoricalDistribution,
     json_to_distribution,
 )
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
-from studies import stored
-from studies.storage import session
-from studies.stored import StoredValueError
+from studies.store import StoredValueError, stored
 
 # Optuna's tables, as much of them as the dashboard reads (the schema of optuna >= 3). Enumerated
 # columns are read as text (see ``as_text``).
@@ -68,18 +66,6 @@ def as_text(column: Any) -> Any:
 
 
 INFINITIES = {"INF_POS": float("inf"), "INF_NEG": float("-inf")}
-
-
-@contextlib.contextmanager
-def reading(engine: Engine) -> Iterator[Connection]:
-    """One consistent snapshot for several queries; driver errors become ``StorageError``."""
-    url = engine.url.render_as_string(hide_password=True)
-    with session(url), engine.connect() as conn:
-        if engine.dialect.name == "sqlite":
-            conn.exec_driver_sql("BEGIN")  # a read transaction: one WAL snapshot
-        elif engine.dialect.name == "postgresql":
-            conn = conn.execution_options(isolation_level="REPEATABLE READ")
-        yield conn
 
 
 def frame(conn: Connection, query: Any, columns: Sequence[str]) -> pd.DataFrame:
@@ -140,13 +126,13 @@ _PLAIN_STRING = re.compile(r'"[^"\\\x00-\x1f]*"')
 # (an integer of 2**63 or more has 19 digits or more) is a plain substring search.
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _NINETEEN_DIGITS = b"0" * 19
-# The longest text the fast path takes: no value measures (``studies.stored.check_value``) more
-# than eight times its JSON text, so such a text measures at most ``MAX_TEXT``.
+# The longest text the fast path takes: no value measures (``stored.check_value``) more than
+# eight times its JSON text, so such a text measures at most ``MAX_TEXT``.
 _FAST = stored.MAX_TEXT // 8
 
 
 def _decode(text: Any, study: str, key: str) -> Any:
-    """``studies.stored.loads(text)``, faster where its checks cannot fail: a string without
+    """``studies.store.stored.loads(text)``, faster where its checks cannot fail: a string without
     escapes or a count of at most 18 digits needs no parser, and a text short enough, with at
     most ``MAX_DEPTH`` brackets (so nested no deeper) and no 19 digits in a row (so no integer
     of 2**63), needs only ``json.loads``."""
@@ -169,8 +155,8 @@ def _decode(text: Any, study: str, key: str) -> Any:
 def scalars(texts: pd.Series, *, study: str, key: str,
             check: Callable[[Any], Any] | None = None) -> tuple[pd.Series, np.ndarray]:
     """A column of stored JSON texts (attribute ``key`` of trials of ``study``) decoded by
-    ``studies.stored.loads``' rules and then ``check`` (which raises ``StoredValueError``), once
-    per distinct text: most attributes are a few distinct short strings (``"completed"``),
+    ``stored.loads``' rules and then ``check`` (which raises ``StoredValueError``), once per
+    distinct text: most attributes are a few distinct short strings (``"completed"``),
     which take the fast path. Returns the values (``None`` where there is no text or it does
     not decode) and a mask of the texts that do not."""
     codes, uniques = pd.factorize(texts.astype(object).to_numpy(), use_na_sentinel=True)

@@ -6,7 +6,7 @@ registered on the app instance, never on Dash's global registry, so two apps (te
 share them.
 
 Every callback that reads the studies turns a ``NasError`` (an unknown study, the database
-gone, a stored value that does not parse: ``studies.stored.StoredValueError``) into its one line
+gone, a stored value that does not parse: ``studies.store.StoredValueError``) into its one line
 in the page, and one line in the log (``dashboard.app``): never a server error. Downloads serve
 only what the app renders (CSV through one function, configs through ``dashboard.exports``):
 no file named by the database is read here.

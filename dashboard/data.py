@@ -2,14 +2,14 @@
 
 Every view queries only what it needs with SQLAlchemy Core (a 10,000-trial study would take
 seconds to materialise through ``optuna.load_study``), and returns pandas DataFrames or plain
-dicts. The engine cannot write and creates nothing (``studies.storage.read_only_engine_kwargs``):
+dicts. The engine cannot write and creates nothing (``studies.store.read_only_engine``):
 SQLite is opened read-only, also in a folder the dashboard may not write (and reads a
 write-ahead-logged database while the driver writes it, without "database is locked");
 PostgreSQL and MySQL sessions are set read-only. Each read runs in one snapshot
 (one SQLite read transaction, or PostgreSQL's repeatable read), so a trial and its values agree.
 
-The database is a trust boundary (``studies.stored``): teammates and other tools write to it, so
-every stored value is parsed by ``studies.stored``'s rules before it is used. A study whose
+The database is a trust boundary (``studies.store.stored``): teammates and other tools write to
+it, so every stored value is parsed by its rules before it is used. A study whose
 values do not parse is listed as unreadable, with the one-line reason, while the others show,
 and ``study_info`` raises that reason. A trial whose value does not parse keeps its row on the
 study page, the field blank and the key named in its ``unreadable`` column; ``load_trial`` raises
@@ -32,18 +32,20 @@ from optuna.distributions import BaseDistribution
 from sqlalchemy.engine import Connection, Engine
 
 from dashboard import _sql as sql
-from studies import stored
-from studies.record import Status, StudyKey, TrialKey
-from studies.storage import (
+from studies.store import (
+    Status,
     StorageError,
+    StoredValueError,
+    StudyAttrs,
+    StudyKey,
+    StudyStore,
+    TrialKey,
     epochs_table,
-    open_storage,
     read_epochs,
-    read_only_engine_kwargs,
-    resolve_storage_url,
-    session,
+    read_only_engine,
+    reading,
+    stored,
 )
-from studies.stored import StoredValueError, StudyAttrs
 
 if TYPE_CHECKING:
     from studies.spec import StudySpec
@@ -77,7 +79,7 @@ _RESERVED = frozenset({*FIXED_COLUMNS, "trial_id", "pareto", "id"})
 # is read per trial; ``TrialKey.COST`` gives ``cost_params`` and ``cost_madds``).
 _SCALAR_ATTRS = {TrialKey.STATUS: "status", TrialKey.REASON: "reason",
                  TrialKey.ARCH_ID: "arch_id", TrialKey.EPOCHS_REACHED: "epochs_reached"}
-#: The words of trials that have not finished, beside ``studies.record.Status``' six.
+#: The words of trials that have not finished, beside ``studies.store.Status``' six.
 UNFINISHED = ("running", "waiting")
 #: A trial's status where it has no ``TrialKey.STATUS`` (a study not made by nas, a trial
 #: still running): its Optuna state in ``Status``' words, so that a page never shows "pruned"
@@ -94,28 +96,20 @@ def open_readonly(storage_url: str | None = None) -> Engine:
         StorageError: the URL is malformed, the SQLite file is missing, the server cannot be
             reached, or the database holds no Optuna tables.
     """
-    url = resolve_storage_url(storage_url)
-    with session(url):
-        engine = sa.create_engine(url, **read_only_engine_kwargs(url))
-        with engine.connect() as conn:
-            if not sa.inspect(conn).has_table("studies"):
-                shown = sa.make_url(url).render_as_string(hide_password=True)
-                raise StorageError(f"Storage {shown!r} holds no Optuna studies (no `studies` "
-                                   "table); point --storage at a study database.")
-    return engine
+    return read_only_engine(storage_url)
 
 
 def readonly_optuna_storage(storage_url: str) -> optuna.storages.RDBStorage:
     """Optuna's storage over read-only connections (for code that reads through Optuna's API,
     such as ``studies.export``): it creates no tables and cannot write."""
-    return open_storage(storage_url, read_only=True)
+    return StudyStore.open(storage_url, read_only=True).storage
 
 
 # ----------------------------------------------------------------------------- studies
 @dataclass(frozen=True)
 class StudyInfo:
     """A study's identity, objectives and ``nas.*`` study attributes: ``stored`` as
-    ``studies.stored`` types them, ``attrs`` as decoded. A study whose stored values do not
+    ``studies.store.stored`` types them, ``attrs`` as decoded. A study whose stored values do not
     parse has no ``stored`` but a ``problem`` (the error naming the value): the listing shows
     it as unreadable, and :meth:`check` raises it."""
 
@@ -202,7 +196,7 @@ def _info(study_id: int, name: str, directions: Sequence[tuple[Any, Any]],
 
 
 def _infos(conn: Connection, where: Any = None, *, full: bool = True) -> list[StudyInfo]:
-    """The studies (those ``where`` selects), each typed by ``studies.stored`` (``full``: with
+    """The studies (those ``where`` selects), each typed by ``studies.store.stored`` (``full``: with
     its search space) or marked unreadable."""
     s = sql.studies
     query = sa.select(s.c.study_id, s.c.study_name).order_by(s.c.study_id)
@@ -226,7 +220,7 @@ def _infos(conn: Connection, where: Any = None, *, full: bool = True) -> list[St
 
 def study_names(engine: Engine) -> list[str]:
     """Every study's name, in creation order."""
-    with sql.reading(engine) as conn:
+    with reading(engine) as conn:
         return [str(r[0]) for r in conn.execute(
             sa.select(sql.studies.c.study_name).order_by(sql.studies.c.study_id))]
 
@@ -235,7 +229,7 @@ def study_info(engine: Engine, name: str) -> StudyInfo:
     """The study called ``name``, its stored values parsed (its search space too);
     ``StorageError`` naming the studies there when there is none, ``StoredValueError`` when a
     stored value of it does not parse."""
-    with sql.reading(engine) as conn:
+    with reading(engine) as conn:
         found = _infos(conn, sql.studies.c.study_name == name)
         if found:
             found[0].check()
@@ -256,12 +250,12 @@ def _status_word(text: Any) -> str | None:
 
 def list_studies(engine: Engine) -> tuple[list[StudyInfo], pd.DataFrame]:
     """Every study, and a frame with one row per study: trials by status (one column per
-    ``studies.record.Status`` word and per :data:`UNFINISHED` one, by ``TrialKey.STATUS`` or else
+    ``studies.store.Status`` word and per :data:`UNFINISHED` one, by ``TrialKey.STATUS`` or else
     the state), last activity, ``unreadable`` (why its stored values do not parse, else None),
     and each objective's values of the completed trials (columns ``study_id``, ``objective``,
     ``value``) in ``frame.attrs["values"]``, for the caller's best values and hypervolume."""
     t, v = sql.trials, sql.trial_values
-    with sql.reading(engine) as conn:
+    with reading(engine) as conn:
         infos = _infos(conn, full=False)
         states = pd.DataFrame(conn.execute(
             sa.select(t.c.study_id, t.c.state, sa.func.count().label("n"),
@@ -354,7 +348,7 @@ _FINISHED = ("COMPLETE", "PRUNED", "FAIL")
 def fingerprint(engine: Engine, study_id: int, name: str) -> str:
     """A cheap summary that changes whenever the study's trials, values or epochs change."""
     t = sql.trials
-    with sql.reading(engine) as conn:
+    with reading(engine) as conn:
         n, last_id, finished, last_done = conn.execute(
             sa.select(sa.func.count(), sa.func.max(t.c.trial_id),
                       sa.func.sum(sa.case((sql.as_text(t.c.state).in_(_FINISHED), 1),
@@ -377,7 +371,7 @@ def fingerprint(engine: Engine, study_id: int, name: str) -> str:
 
 def _typed(study: str, key: str) -> Callable[[Any], Any]:
     """The check of trial attribute ``key``'s decoded value: its value as
-    ``studies.stored.trial_attrs`` types it, or its ``StoredValueError``. What the engine writes
+    ``studies.store.trial_attrs`` types it, or its ``StoredValueError``. What the engine writes
     (a status word, a short id or reason, a count, a cost of counts) is accepted at once, each
     only where ``trial_attrs`` accepts it (``tests/test_dashboard_trust.py`` holds them to it);
     the rest takes ``trial_attrs`` itself."""
@@ -530,7 +524,7 @@ def load_study(engine: Engine, info: StudyInfo, version: str = "") -> StudyData:
     info.check()
     t = sql.trials
     mine = t.c.study_id == info.study_id
-    with sql.reading(engine) as conn:
+    with reading(engine) as conn:
         df = sql.frame(conn, sa.select(t.c.trial_id, t.c.number, t.c.state, t.c.datetime_start,
                                     t.c.datetime_complete).where(mine),
                     ["trial_id", "number", "state", "started", "completed"])
@@ -577,7 +571,7 @@ def load_curves(engine: Engine, info: StudyInfo) -> pd.DataFrame:
     epoch), as rows (number, step, value) ordered by trial and step; a row whose number or step
     is not a finite number is left out."""
     t, i = sql.trials, sql.trial_intermediate
-    with sql.reading(engine) as conn:
+    with reading(engine) as conn:
         df = sql.frame(conn, sa.select(t.c.number, i.c.step, i.c.intermediate_value,
                                        i.c.intermediate_value_type)
                        .join(i, i.c.trial_id == t.c.trial_id)
@@ -598,7 +592,7 @@ def load_promotion(engine: Engine, info: StudyInfo) -> pd.DataFrame:
     for a link that does not parse."""
     t, a = sql.trials, sql.trial_attrs
     keys = {TrialKey.SOURCE_TRIAL: "source_trial", TrialKey.SOURCE_VALUE: "source_value"}
-    with sql.reading(engine) as conn:
+    with reading(engine) as conn:
         df = sql.frame(conn, sa.select(t.c.number, a.c.key, a.c.value_json)
                        .join(a, a.c.trial_id == t.c.trial_id)
                        .where(t.c.study_id == info.study_id, a.c.key.in_(list(keys))),
@@ -682,7 +676,7 @@ def _trial_row(conn: Connection, info: StudyInfo, number: int) -> Any:
 def trial_state(engine: Engine, info: StudyInfo, number: int) -> str:
     """Trial ``number``'s Optuna state in lower case (``running``), read without its stored
     values; ``StorageError`` for an unknown number."""
-    with sql.reading(engine) as conn:
+    with reading(engine) as conn:
         return str(_trial_row(conn, info, number).state).lower()
 
 
@@ -697,7 +691,7 @@ def load_trial(engine: Engine, info: StudyInfo, number: int) -> dict[str, Any]:
     parse."""
     info.check()
     v, p, a, im = sql.trial_values, sql.trial_params, sql.trial_attrs, sql.trial_intermediate
-    with sql.reading(engine) as conn:
+    with reading(engine) as conn:
         row = _trial_row(conn, info, number)
         trial_id = row.trial_id
         values = {r.objective: sql.INFINITIES.get(r.value_type, sql.number(r.value))
@@ -717,8 +711,7 @@ def load_trial(engine: Engine, info: StudyInfo, number: int) -> dict[str, Any]:
     param_values, _ = sql.decode_params(params, study=info.name, trial=number)
     attrs = {str(k): stored.loads(x, study=info.name, key=str(k), trial=number) for k, x in texts}
     parsed = stored.trial_attrs(info.name, number, attrs)
-    with session(engine.url.render_as_string(hide_password=True)):
-        epochs = read_epochs(engine, info.name, number)  # each row checked as the engine's
+    epochs = read_epochs(engine, info.name, number)  # each row checked as the engine's
     state = str(row.state).lower()
     started, completed = sql.dates(pd.Series([row.started, row.completed], dtype=object))
     return {

@@ -9,7 +9,7 @@ task must be built to know it goes through ``studies.export`` itself, over the s
 storage.
 
 What the record holds was read from the database, so it is parsed as every reader parses it
-(``studies.stored``: the study's typed attributes here, the trial's and its architecture in
+(``studies.store.stored``: the study's typed attributes here, the trial's and its architecture in
 ``build_record``), and a file the export copies (a ``torch`` or ``timm`` checkpoint) is read
 only by ``studies.export``'s formats, which refuse one outside the study's checkpoint folder or
 not the trial's own. Every refusal is a ``NasError``, which the app shows beside the button.
@@ -27,7 +27,7 @@ from nas.errors import NasError
 from studies.export import FORMATS, INDEX, TrialRecord, build_record, known_geometry, pareto_index
 from studies.export import trial_record as slow_trial_record
 from studies.spec import StudySpec
-from studies.stored import inert
+from studies.store import inert
 
 __all__ = ["pareto_zip", "records_of", "trial_file", "trial_record"]
 

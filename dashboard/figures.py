@@ -23,7 +23,7 @@ from dashboard._sql import number as stored_number
 from dashboard.analysis import front_mask, knob_groups
 from dashboard.data import StudyData
 from dashboard.formatting import Kind, header, kind_of, number
-from studies.record import Status
+from studies.store import Status
 
 __all__ = [
     "COLORS",
@@ -53,7 +53,7 @@ WEBGL_FROM = 2000
 COLORS = {"front": "#1f77b4", "dominated": "rgba(127,127,127,0.3)", "rejected": "#d62728",
           "other": "#ff7f0e", "selected": "#e6007e"}
 _DOMINATED_3D = "#7f7f7f"  # COLORS["dominated"] without its transparency
-#: One colour per trial status (the words of ``studies.record.Status``, and running).
+#: One colour per trial status (the words of ``studies.store.Status``, and running).
 STATUS_COLORS = {Status.COMPLETED: "#1f77b4", Status.REUSED: "#17becf",
                  Status.STOPPED: "#9467bd", Status.FAILED: "#ff7f0e",
                  Status.REJECTED: "#d62728", Status.INTERRUPTED: "#8c564b",

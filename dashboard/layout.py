@@ -17,7 +17,7 @@ from dash.dash_table.DataTable import DataTable
 from dashboard.data import UNFINISHED, StudyData, StudyInfo
 from dashboard.figures import SCALES
 from dashboard.formatting import header, kind_of, number
-from studies.record import Status, TrialKey
+from studies.store import Status, TrialKey
 
 __all__ = [
     "VIEW_TABS",
@@ -168,7 +168,7 @@ _WORDS = (*Status.ALL, *UNFINISHED)
 
 
 def by_status(counts: Mapping[str, int]) -> str:
-    """Trials by status, in ``studies.record.Status``' words and order (then running, waiting),
+    """Trials by status, in ``studies.store.Status``' words and order (then running, waiting),
     the ones with none left out: "completed 6, stopped 1, failed 1"."""
     # Then any word written by something else than nas.
     words = _WORDS + tuple(sorted(w for w in counts if w not in _WORDS))

@@ -7,7 +7,7 @@ frames of curves and promotion links), so a reader that holds its studies in mem
 same pages; :func:`listing_of` gives such a reader its studies page from the studies it holds.
 
 Every method raises ``NasError`` (``StorageError`` for an unknown study or trial,
-``studies.stored.StoredValueError`` for a stored value that does not parse) and nothing else
+``studies.store.StoredValueError`` for a stored value that does not parse) and nothing else
 for what is in the studies: the pages show its one line.
 """
 
@@ -21,8 +21,7 @@ from sqlalchemy.engine import make_url
 
 from dashboard import data
 from dashboard.data import UNFINISHED, StudyData, StudyInfo
-from studies.record import Status
-from studies.storage import resolve_storage_url
+from studies.store import Status, resolve_storage_url
 
 __all__ = ["Listing", "SqlReader", "StudyReader", "listing_of"]
 

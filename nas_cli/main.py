@@ -21,7 +21,7 @@ from nas_cli._common import (
     print_front,
     refuse_memory_storage,
 )
-from studies.stored import InertStream, inert
+from studies.store import InertStream, inert
 
 __all__ = ["main"]
 
@@ -158,7 +158,8 @@ def _space_label(space: Any) -> str:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from studies import create_study, load_study_spec, run_study
-    from studies.engine import check_run, resolve_evaluator
+    from studies.checks import check_run
+    from studies.evaluator import resolve_evaluator
 
     spec = load_study_spec(_resolve_study_file(args.study), name=args.name)
     refuse_memory_storage(args.storage)
@@ -393,6 +394,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Commands whose standard output shows what the database holds (names, paths, reasons).
 _PRINTS_STORED = frozenset({"status", "pareto", "export", "promote", "run", "resume"})
+#: Commands that read or run studies through Optuna.
+_USES_OPTUNA = _PRINTS_STORED | {"dashboard"}
+
+
+def _log_levels(command: str) -> None:
+    """The libraries' log levels for this process, set here rather than at import: Optuna's
+    INFO lines (a study created, each trial told) are not the command's output."""
+    if command in _USES_OPTUNA:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -401,6 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
+    _log_levels(args.command)
     try:
         if args.command in _PRINTS_STORED:  # what the database holds cannot drive the terminal
             with contextlib.redirect_stdout(InertStream(sys.stdout)):

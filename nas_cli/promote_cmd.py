@@ -38,8 +38,9 @@ before anything is written."""
 
 
 def _run(args: argparse.Namespace) -> int:
+    from studies.checks import check_run
     from studies.cluster import check_ray_address
-    from studies.engine import check_run, resolve_evaluator
+    from studies.evaluator import resolve_evaluator
     from studies.promote import DEFAULT_TOP, plan_promotion, promote, promoted_pairs
 
     check_ray_address(args.address)
@@ -61,7 +62,7 @@ def _run(args: argparse.Namespace) -> int:
     print(f"Promoted {args.name!r} as {spec.name!r}: {format_agreement(result)} "
           f"(proxy {plan.source.spec.fidelity.epochs} epochs -> {spec.fidelity.epochs} on "
           f"{spec.task!r})")
-    pairs = promoted_pairs(spec.name, plan.source.storage)
+    pairs = promoted_pairs(spec.name, plan.source.store)
     if pairs:
         print("  source trial  proxy accuracy  promoted accuracy")
         for row in sorted(pairs, key=lambda r: -r["proxy"]):

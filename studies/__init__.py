@@ -2,8 +2,9 @@
 
 Study files (``*.yaml`` in this folder) ship with the package; see ``studies.spec`` for the keys.
 
-The names below are imported on first use, so that ``import studies.storage`` (the dashboard,
-``nas status``) does not pay for torch, Ray and the model code that the engine needs.
+The study database is ``studies.store`` (one ``StudyStore`` in front of it). The names below are
+imported on first use, so that ``import studies.store`` (the dashboard, ``nas status``) does not
+pay for torch, Ray and the model code that the engine needs.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from studies.engine import StudyRun, counted_trials, create_study, load_existing, run_study
-    from studies.record import OBJECTIVES
+    from studies.objectives import OBJECTIVES
     from studies.report import list_studies, pareto_trials, study_status
     from studies.spec import StudySpec, load_study_spec
-    from studies.storage import DEFAULT_STORAGE, StorageError, open_storage, resolve_storage_url
+    from studies.store import DEFAULT_STORAGE, StorageError, StudyStore, resolve_storage_url
 
 _HOME = {
     "StudyRun": "studies.engine",
@@ -27,13 +28,13 @@ _HOME = {
     "list_studies": "studies.report",
     "pareto_trials": "studies.report",
     "study_status": "studies.report",
-    "OBJECTIVES": "studies.record",
+    "OBJECTIVES": "studies.objectives",
     "StudySpec": "studies.spec",
     "load_study_spec": "studies.spec",
-    "DEFAULT_STORAGE": "studies.storage",
-    "StorageError": "studies.storage",
-    "open_storage": "studies.storage",
-    "resolve_storage_url": "studies.storage",
+    "DEFAULT_STORAGE": "studies.store",
+    "StorageError": "studies.store",
+    "StudyStore": "studies.store",
+    "resolve_storage_url": "studies.store",
 }
 
 __all__ = [
@@ -42,12 +43,12 @@ __all__ = [
     "StorageError",
     "StudyRun",
     "StudySpec",
+    "StudyStore",
     "counted_trials",
     "create_study",
     "list_studies",
     "load_existing",
     "load_study_spec",
-    "open_storage",
     "pareto_trials",
     "resolve_storage_url",
     "run_study",

@@ -1,7 +1,7 @@
 """How a study's trials ended, counted: the one count the searcher and its progress line read.
 
 Built from the stored trials when a run starts, then written only by the searcher's tell path
-(``StudySearcher``, as it records each ending through ``studies.record``).
+(``StudySearcher``, as it records each ending through ``studies.store``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from optuna.trial import FrozenTrial, TrialState
 
 from studies._trials import counted_trials
-from studies.record import COUNTED_EXCLUDED, Status, TrialKey
+from studies.store.keys import COUNTED_EXCLUDED, Status, TrialKey
 
 __all__ = ["Tally"]
 

@@ -16,10 +16,9 @@ from optuna.trial import TrialState
 from nas.config import ArchConfig
 from nas.tasks import TaskGeometry
 from search_spaces import SearchSpace
-from studies.record import COUNTED_EXCLUDED, TrialKey
 from studies.smoke import Smoke
 from studies.spec import StudySpec
-from studies.stored import StudyAttrs, trial_attrs
+from studies.store import COUNTED_EXCLUDED, StudyAttrs, StudyStore, TrialKey, trial_attrs
 
 __all__ = ["Evaluator", "StudyRun", "base_settings", "counted_trials", "suggest"]
 
@@ -29,14 +28,20 @@ Evaluator = Callable[..., dict[str, Any]]
 
 @dataclass
 class StudyRun:
-    """What the engine knows about one study while it runs."""
+    """What the engine knows about one study while it runs: its file and space, the Optuna
+    study, and the store that reads and writes it."""
 
     spec: StudySpec
     space: SearchSpace
     study: optuna.Study
-    storage: optuna.storages.RDBStorage
+    store: StudyStore
     geometry: TaskGeometry | None = None
     attrs: StudyAttrs | None = None  # the stored study attributes, typed (a loaded study)
+
+    @property
+    def storage(self) -> optuna.storages.RDBStorage:
+        """Optuna's storage of the study (the store's)."""
+        return self.store.storage
 
 
 def base_settings(spec: StudySpec) -> dict[str, Any]:

@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from nas.errors import ConfigError, NasError, RunAborted
 from studies._trials import Evaluator, StudyRun
-from studies.record import COUNTED_EXCLUDED, StudyKey
 from studies.spec import StudySpec
-from studies.storage import session
+from studies.store import COUNTED_EXCLUDED, StudyKey, parsed_trials
 
 if TYPE_CHECKING:  # Ray Tune is imported when a study runs, not by `nas status`
     from studies.asha import Rungs
@@ -182,8 +181,7 @@ def fit(run: StudyRun, evaluator: Evaluator | None, pool: int, deadline: float,
     searcher.resources = resources  # the memory estimate: from costing, sent with the trial
     storage_path = tune_storage_path(spec)
     name = "tune-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
-    with session(run.storage.url):
-        run.study.set_user_attr(StudyKey.TUNE_DIR, str(storage_path / name))
+    run.store.set_study_attrs(run.study, {StudyKey.TUNE_DIR: str(storage_path / name)})
     tuner = tune.Tuner(
         tune.with_resources(function, resources),
         tune_config=tune.TuneConfig(
@@ -225,10 +223,10 @@ def _close_leftovers(run: StudyRun) -> int:
     as RUNNING (none is live any more: one the searcher could not close while the database was
     down, one whose creation was retried). Returns how many may still be left (0, or 1 when
     the database cannot be written now: the next resume closes them)."""
-    from studies.record import close_interrupted
-
     try:
-        close_interrupted(run, reason="the run ended while this trial was waiting or training")
+        run.store.close_interrupted(run.study, space=run.space,
+                                    reason="the run ended while this trial was waiting or "
+                                           "training")
     except NasError:
         return 1
     return 0
@@ -281,8 +279,6 @@ def _rebuild_rungs(run: StudyRun) -> Rungs:
     """ASHA's rung records from the per-epoch table (interrupted trials left no result),
     comparing accuracies within the noise of the task's validation split."""
     from studies.asha import Rungs
-    from studies.storage import read_epochs
-    from studies.stored import parsed_trials  # stored values are data: typed, one line if not
 
     spec = run.spec
     cost_names = [o.name for o in spec.objectives if o.source == "cost"]
@@ -290,9 +286,8 @@ def _rebuild_rungs(run: StudyRun) -> Rungs:
         o.direction for o in spec.objectives if o.source == "cost"]
     rungs = Rungs(spec.fidelity.grace_epochs, spec.fidelity.reduction_factor,
                   spec.fidelity.epochs, directions, samples=validation_samples(spec))
-    with session(run.storage.url):
-        trials = run.study.get_trials(deepcopy=False)
-        rows = read_epochs(run.storage.engine, spec.name)
+    trials = run.store.trials(run.study)
+    rows = run.store.epochs(spec.name)
     costs = {a.number: [float((a.cost or {}).get(n) or 0) for n in cost_names]
              for a in parsed_trials(spec.name, trials) if a.status not in COUNTED_EXCLUDED}
     for row in rows:

@@ -16,9 +16,7 @@ import numpy as np
 from optuna.trial import FrozenTrial, TrialState
 
 from studies._trials import StudyRun
-from studies.record import StudyKey
-from studies.storage import session
-from studies.stored import trial_attrs
+from studies.store import StudyKey, trial_attrs
 
 __all__ = ["NoiseCeiling", "fidelity", "kendall_rows", "noise_ceiling", "rank_agreement",
            "record_fidelity"]
@@ -145,10 +143,9 @@ def _ceiling(seeds: list[list[float]]) -> dict[str, Any] | None:
 def record_fidelity(run: StudyRun) -> None:
     """Store the rank agreement of a promoted study's trials as they stand (``run_study`` calls
     it when a promoted study's run ends, so a resumed promotion updates it too)."""
-    with session(run.storage.url):
-        stored = run.study.user_attrs.get(StudyKey.FIDELITY) or {}
-        trials = run.study.get_trials(deepcopy=False)
-        result = fidelity(trials, run.spec.objective_names, epochs=run.spec.fidelity.epochs,
-                          task=run.spec.task, proxy_epochs=stored.get("proxy_epochs"),
-                          study=run.spec.name)
-        run.study.set_user_attr(StudyKey.FIDELITY, result)
+    stored = run.store.user_attrs(run.study).get(StudyKey.FIDELITY) or {}
+    trials = run.store.trials(run.study)
+    result = fidelity(trials, run.spec.objective_names, epochs=run.spec.fidelity.epochs,
+                      task=run.spec.task, proxy_epochs=stored.get("proxy_epochs"),
+                      study=run.spec.name)
+    run.store.set_study_attrs(run.study, {StudyKey.FIDELITY: result})

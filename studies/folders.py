@@ -24,7 +24,7 @@ from pathlib import Path
 
 from nas.errors import ConfigError
 from studies.spec import StudySpec
-from studies.stored import inert
+from studies.store.stored import inert
 
 __all__ = ["MARKER", "check_claims", "claim", "claimed_folders"]
 

@@ -20,11 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from studies.storage import UnknownStudyError, session
-from studies.stored import StudyAttrs, guarded, study_attrs, trial_attrs
+from studies.store import StudyAttrs, StudyStore, UnknownStudyError, trial_attrs
 
 __all__ = ["NoisyPoint", "SeedSpread", "noisy_front", "seed_spread", "spread_of",
            "within_noise"]
@@ -79,26 +77,11 @@ def spread_of(trials: Sequence[FrozenTrial], objective_names: Sequence[str],
     return out
 
 
-def seed_spread(name: str, storage: optuna.storages.RDBStorage) -> dict[int, SeedSpread]:
+def seed_spread(name: str, store: StudyStore) -> dict[int, SeedSpread]:
     """The :class:`SeedSpread` of each source trial of promoted study ``name``, read from its
     trials (by source trial number)."""
-    attrs, _, trials = _read(name, storage)
+    attrs, _, trials = store.completed(name)
     return spread_of(trials, attrs.objectives, name)
-
-
-def _read(name: str, storage: optuna.storages.RDBStorage) -> tuple[StudyAttrs, list[str],
-                                                                    list[FrozenTrial]]:
-    """Study ``name``'s attributes, directions and completed trials."""
-    def read() -> tuple[dict[str, Any], list[str], list[FrozenTrial]]:
-        study_id = storage.get_study_id_from_name(name)
-        return (storage.get_study_user_attrs(study_id),
-                [d.name.lower() for d in storage.get_study_directions(study_id)],
-                storage.get_all_trials(study_id, deepcopy=False,
-                                       states=(TrialState.COMPLETE,)))
-
-    with session(storage.url):
-        raw, directions, trials = guarded(storage.engine, name, read)
-    return study_attrs(name, raw, len(directions), full=False), directions, trials
 
 
 def within_noise(means: Sequence[Sequence[float]], stds: Sequence[Sequence[float]],
@@ -156,7 +139,7 @@ class NoisyPoint:
 
 
 def noisy_front(attrs: StudyAttrs,
-                storage: optuna.storages.RDBStorage) -> tuple[str | None, dict[int, NoisyPoint]]:
+                store: StudyStore) -> tuple[str | None, dict[int, NoisyPoint]]:
     """The latest seeded promotion of the study ``attrs`` describes (one that trained some
     trial with at least 2 seeds) and, by source trial, each promoted trial's :class:`NoisyPoint`:
     :func:`within_noise` over every seeded trial of that promotion (its front and its
@@ -166,7 +149,7 @@ def noisy_front(attrs: StudyAttrs,
     """
     for name in reversed(attrs.promotions):
         try:
-            promoted, directions, trials = _read(name, storage)
+            promoted, directions, trials = store.completed(name)
         except UnknownStudyError:
             continue  # a deleted promotion
         names = list(promoted.objectives)

@@ -10,8 +10,8 @@ MAdds and latency 0):
 and the hypervolume is the volume of the union of the boxes ``[0, g]`` in the unit cube: a value
 in [0, 1], 1 only for an ideal trial, 0 for one no better than the reference in some objective.
 A single trial's hypervolume is the product of its ``g``. The reference is the study's
-``nas.reference`` (``studies.record.StudyKey.REFERENCE``, raw units, one entry per objective),
-stored when the study is created (``studies.engine.study_reference``): the task's chance level
+``nas.reference`` (``studies.store.StudyKey.REFERENCE``, raw units, one entry per objective),
+stored when the study is created (``studies.reference.study_reference``): the task's chance level
 for accuracy, ``params_max`` / ``madds_max`` / ``latency_ms_max`` where constrained, else the
 space's largest model (latency: the largest observed, times 1.1). An entry that is missing, or
 a study without a stored reference (created before references were stored), is derived from the

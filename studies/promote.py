@@ -11,12 +11,12 @@ parameters, the budget is their number, early stopping and constraints are off, 
 as Ray Tune trials under the study's lease, and Optuna reads it as any other (same directions;
 values = promoted accuracy, params, MAdds).
 
-The links, in ``studies.record``: each promoted trial carries ``TrialKey.SOURCE_TRIAL`` (the source
-trial's number) and ``TrialKey.SOURCE_VALUE`` (its proxy accuracy); the promoted study carries
-``StudyKey.PROMOTED_FROM`` (the source's name) and ``StudyKey.FIDELITY`` (:func:`fidelity` of its
-trials: Kendall's tau-b and Spearman's rho between proxy and promoted accuracy over the ``pairs``
-of completed trials, with ``epochs`` and ``task``); the source study lists its promoted studies in
-``StudyKey.PROMOTIONS``.
+The links (``studies.store.keys``): each promoted trial carries ``TrialKey.SOURCE_TRIAL`` (the
+source trial's number) and ``TrialKey.SOURCE_VALUE`` (its proxy accuracy); the promoted study
+carries ``StudyKey.PROMOTED_FROM`` (the source's name) and ``StudyKey.FIDELITY``
+(:func:`fidelity` of its trials: Kendall's tau-b and Spearman's rho between proxy and promoted
+accuracy over the ``pairs`` of completed trials, with ``epochs`` and ``task``); the source study
+lists its promoted studies in ``StudyKey.PROMOTIONS``.
 """
 
 from __future__ import annotations
@@ -27,18 +27,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from nas.errors import ConfigError
 from nas.tasks import TaskGeometry
 from studies._trials import Evaluator, StudyRun
+from studies.checks import check_run, check_task
+from studies.evaluator import resolve_evaluator
 from studies.fidelity import fidelity, rank_agreement, record_fidelity
 from studies.pareto import nondominated_mask, to_minimization
-from studies.record import StudyKey, TrialKey
 from studies.spec import StudySpec
-from studies.storage import session
-from studies.stored import parsed_trials, study_attrs
+from studies.store import StudyKey, StudyStore, TrialKey, parsed_trials, study_names
 
 __all__ = ["DEFAULT_TOP", "EPOCH_FACTOR", "Plan", "fidelity", "plan_promotion", "promote",
            "promoted_pairs", "rank_agreement", "record_fidelity", "select_trials"]
@@ -133,8 +132,7 @@ def plan_promotion(name: str, storage_url: str | None = None, *, top: int = DEFA
             largest, an unknown ``task``, a study without an accuracy objective or without
             completed trials.
     """
-    from studies.engine import _check_task, load_existing
-    from studies.storage import study_names
+    from studies.engine import load_existing
 
     if top < 1:
         raise ConfigError(f"`--top >= 1` must hold, but got {top}.")
@@ -148,8 +146,7 @@ def plan_promotion(name: str, storage_url: str | None = None, *, top: int = DEFA
         raise ConfigError(f"Study {name!r} has no accuracy objective (objectives "
                           f"{spec.objective_names}): there is no proxy ranking to check.")
     accuracy = spec.objective_names.index("accuracy")
-    with session(source.storage.url):
-        trials = source.study.get_trials(deepcopy=False)
+    trials = source.store.trials(source.study)
     front, dominated = select_trials(trials, spec.directions, accuracy, top)
     if not front:
         raise ConfigError(f"Study {name!r} has no completed trials to promote; run or resume it "
@@ -160,7 +157,7 @@ def plan_promotion(name: str, storage_url: str | None = None, *, top: int = DEFA
     task_name = task or spec.task
     data = spec.to_dict()
     data.update({
-        "name": _free_name(f"{name}-promoted", study_names(source.storage.url)),
+        "name": _free_name(f"{name}-promoted", study_names(source.store.url)),
         "description": f"Trials of {name!r} retrained at a higher fidelity (nas promote).",
         # The space the source's trials were drawn from, as stored: their parameters are
         # enqueued, and a stored path is not a file to read.
@@ -175,7 +172,7 @@ def plan_promotion(name: str, storage_url: str | None = None, *, top: int = DEFA
         "budget": {"trials": (len(front) + len(dominated)) * seeds},
     })
     promoted = StudySpec.from_dict(data)
-    _check_task(promoted)  # before anything is announced or written
+    check_task(promoted)  # before anything is announced or written
     return Plan(source, promoted, front, dominated, accuracy, seeds)
 
 
@@ -184,15 +181,15 @@ def promote(plan: Plan, *, address: str | None = None, progress: bool = True,
             verbose: bool = False) -> dict[str, Any]:
     """Create the promoted study, link it to its source, run it and store its fidelity.
 
-    Everything the run would refuse is checked first (``studies.engine.check_run``): a refused
+    Everything the run would refuse is checked first (``studies.checks.check_run``): a refused
     promotion creates no study and leaves the source as it was. ``geometry`` as for
     ``studies.engine.run_study`` (tests, benchmarks). The source's stored ``evaluator`` is data
     of the database: the caller passes the function as ``evaluator`` once the person running
-    the command vouched for it (``studies.engine.resolve_evaluator``); without it, a study that
+    the command vouched for it (``studies.evaluator.resolve_evaluator``); without it, a study that
     names one is refused. Returns ``StudyKey.FIDELITY``'s value, with the promoted study's
     ``name``.
     """
-    from studies.engine import check_run, create_study, load_existing, resolve_evaluator, run_study
+    from studies.engine import create_study, load_existing, run_study
 
     source, spec = plan.source, plan.spec
     if evaluator is None:
@@ -201,28 +198,25 @@ def promote(plan: Plan, *, address: str | None = None, progress: bool = True,
     before = fidelity([], spec.objective_names, epochs=spec.fidelity.epochs, task=spec.task,
                       proxy_epochs=source.spec.fidelity.epochs)
     attrs: dict[str, Any] = {StudyKey.PROMOTED_FROM: source.spec.name, StudyKey.FIDELITY: before}
-    reference = source.study.user_attrs.get(StudyKey.REFERENCE)
+    reference = source.store.user_attrs(source.study).get(StudyKey.REFERENCE)
     if reference is not None and spec.task == source.spec.task:
         attrs[StudyKey.REFERENCE] = reference  # hypervolumes comparable with the source's
-    run = create_study(spec, source.storage.url, geometry=geometry, trials=plan.enqueued(),
+    run = create_study(spec, source.store.url, geometry=geometry, trials=plan.enqueued(),
                        claim_folders=False,
                        attrs=attrs, evaluator=evaluator)
-    writable = load_existing(source.spec.name, source.storage.url, write=True)
-    with session(writable.storage.url):
-        listed = list(writable.study.user_attrs.get(StudyKey.PROMOTIONS) or [])
-        writable.study.set_user_attr(StudyKey.PROMOTIONS, [*listed, spec.name])
+    writable = load_existing(source.spec.name, source.store.url, write=True)
+    listed = list(writable.store.user_attrs(writable.study).get(StudyKey.PROMOTIONS) or [])
+    writable.store.set_study_attrs(writable.study, {StudyKey.PROMOTIONS: [*listed, spec.name]})
     run_study(run, address=address, progress=progress, evaluator=evaluator, geometry=geometry,
               verbose=verbose)  # stores the fidelity at its end (record_fidelity)
-    return {"name": spec.name, **run.study.user_attrs[StudyKey.FIDELITY]}
+    return {"name": spec.name, **run.store.user_attrs(run.study)[StudyKey.FIDELITY]}
 
 
-def promoted_pairs(name: str, storage: optuna.storages.RDBStorage) -> list[dict[str, Any]]:
+def promoted_pairs(name: str, store: StudyStore) -> list[dict[str, Any]]:
     """Each completed promoted trial of study ``name``: its number, source trial, proxy and
     promoted accuracy."""
-    with session(storage.url):
-        study = optuna.load_study(study_name=name, storage=storage)
-        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    names = study_attrs(name, study.user_attrs, len(study.directions), full=False).objectives
+    attrs, _, trials = store.completed(name)
+    names = attrs.objectives
     if "accuracy" not in names:
         return []
     accuracy = names.index("accuracy")

@@ -1,8 +1,9 @@
 """Reading studies back: summaries, one study's status, its Pareto-optimal trials.
 
-Everything here reads the database only, through Optuna's public API, so what it prints is what
-``optuna.load_study`` sees. The storage is opened read-only: reading creates no table, switches
-no journal mode and writes nothing, whatever file ``--storage`` names.
+Everything here reads the database only, through Optuna's public API (``studies.store``), so
+what it prints is what ``optuna.load_study`` sees. The store is opened read-only: reading
+creates no table, switches no journal mode and writes nothing, whatever file ``--storage``
+names.
 """
 
 from __future__ import annotations
@@ -16,23 +17,19 @@ from optuna.trial import TrialState
 from nas.errors import NasError
 from studies._trials import StudyRun, base_settings
 from studies.engine import LEASE_STALE_AFTER, counted_trials, load_existing
-from studies.lease import is_stale, read_owner
 from studies.noise import NoisyPoint, noisy_front
 from studies.pareto import fill_reference, normalized_hypervolume
-from studies.record import Status, StudyKey
-from studies.storage import (
-    UnknownStudyError,
-    open_storage,
-    resolve_storage_url,
-    session,
-    study_names,
-)
-from studies.stored import (
+from studies.store import (
+    Status,
     StoredValueError,
     StudyAttrs,
-    guarded,
+    StudyKey,
+    StudyStore,
+    UnknownStudyError,
+    is_stale,
     parsed_trials,
-    study_attrs,
+    resolve_storage_url,
+    study_names,
     trial_attrs,
 )
 
@@ -64,9 +61,9 @@ def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
     ``studies.pareto``)."""
     run = load_existing(name, storage_url)
     study, attrs = run.study, _attrs(run)
-    trials = _trials(run)
+    trials = run.store.trials(run.study)
     parsed = parsed_trials(name, trials)
-    owner = read_owner(run.storage.engine, name)
+    owner = run.store.owner(name)
     if owner is not None and is_stale(owner, stale_after=LEASE_STALE_AFTER):
         owner = None
     states = Counter(t.state.name.lower() for t in trials)
@@ -100,7 +97,7 @@ def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
         "tune_dir": attrs.tune_dir,
         "promoted_from": attrs.promoted_from,
         "fidelity": _fidelity(attrs, trials) if attrs.promoted_from else None,
-        "promotions": _promotions(attrs, run.storage),
+        "promotions": _promotions(attrs, run.store),
     }
 
 
@@ -113,12 +110,6 @@ def _status_word(trial: optuna.trial.FrozenTrial, status: str | None, owned: boo
     if trial.state == TrialState.RUNNING and not owned:
         return Status.INTERRUPTED
     return trial.state.name.lower()
-
-
-def _trials(run: StudyRun) -> list[optuna.trial.FrozenTrial]:
-    with session(run.storage.url):
-        return guarded(run.storage.engine, run.spec.name,
-                       lambda: run.study.get_trials(deepcopy=False))
 
 
 def _fidelity(attrs: StudyAttrs, trials: list[optuna.trial.FrozenTrial]) -> dict[str, Any]:
@@ -136,17 +127,18 @@ def _fidelity(attrs: StudyAttrs, trials: list[optuna.trial.FrozenTrial]) -> dict
                     task=spec.task, proxy_epochs=proxy_epochs, study=attrs.name)
 
 
-def _promotions(attrs: StudyAttrs, storage: optuna.storages.RDBStorage) -> list[dict[str, Any]]:
+def _promotions(attrs: StudyAttrs, store: StudyStore) -> list[dict[str, Any]]:
     """The studies promoted from this one, each with its rank agreement (a deleted one with
     ``missing``)."""
     out: list[dict[str, Any]] = []
     for name in attrs.promotions:
         try:
-            promoted = load_existing(name, storage)
+            promoted = load_existing(name, store)
         except UnknownStudyError:
             out.append({"name": name, "missing": True})
             continue
-        out.append({"name": name, **_fidelity(_attrs(promoted), _trials(promoted))})
+        out.append({"name": name, **_fidelity(_attrs(promoted),
+                                              promoted.store.trials(promoted.study))})
     return out
 
 
@@ -165,29 +157,20 @@ def list_studies(storage_url: str | None = None) -> list[dict[str, Any]]:
     names = study_names(url)
     if not names:
         return []
-    storage = open_storage(url, read_only=True)
-    return [_summary(storage, name) for name in names]
+    store = StudyStore.open(url, read_only=True)
+    return [_summary(store, name) for name in names]
 
 
-def _summary(storage: optuna.storages.RDBStorage, name: str) -> dict[str, Any]:
+def _summary(store: StudyStore, name: str) -> dict[str, Any]:
     """One study's row of the listing; a study whose stored values do not parse is listed
     with ``unreadable`` (the reason) so that the others still show."""
-    def read() -> tuple[dict[str, Any], int, int, Any]:
-        study_id = storage.get_study_id_from_name(name)
-        trials = storage.get_all_trials(study_id, deepcopy=False)
-        starts = [t.datetime_start for t in trials if t.datetime_start is not None]
-        return (storage.get_study_user_attrs(study_id),
-                len(storage.get_study_directions(study_id)), len(trials),
-                min(starts, default=None))
-
     try:
-        with session(storage.url):
-            raw, n_objectives, n_trials, started = guarded(storage.engine, name, read)
-        attrs = study_attrs(name, raw, n_objectives, full=False)
+        summary = store.summary(name)
     except NasError as exc:
         return {"name": name, "task": None, "trials": None, "started": None,
                 "unreadable": " ".join(str(exc).split())}
-    return {"name": name, "task": attrs.task, "trials": n_trials,
+    started = summary.started
+    return {"name": name, "task": summary.attrs.task, "trials": summary.trials,
             "started": started.isoformat() if started else None}
 
 
@@ -203,9 +186,8 @@ def pareto_trials(name: str, storage_url: str | None = None) -> list[dict[str, A
     run = load_existing(name, storage_url)
     attrs = _attrs(run)
     names = list(attrs.objectives)
-    with session(run.storage.url):
-        best = guarded(run.storage.engine, name, lambda: run.study.best_trials)
-    promoted, noisy = noisy_front(attrs, run.storage)
+    best = run.store.best_trials(run.study)
+    promoted, noisy = noisy_front(attrs, run.store)
     out = []
     for t in sorted(best, key=lambda t: t.number):
         p = trial_attrs(name, t.number, t.user_attrs)

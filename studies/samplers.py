@@ -30,28 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 from nas.errors import ConfigError
 from studies.costaware import CostAwareSampler
 
-__all__ = ["DEFAULT_SAMPLER", "MEASURED_DEFAULT", "SAMPLERS", "StoppedTrialsView",
-           "default_sampler", "known_before_training", "make_sampler", "stopped_values"]
-
-#: The sampler a study file without ``sampler`` gets (chosen by ``benchmarks/search.py``).
-DEFAULT_SAMPLER: Mapping[str, Any] = {"name": "costaware"}
-#: The default where an objective is measured after training (``latency_ms``), which
-#: ``costaware`` cannot know before it: the best measured of the others.
-MEASURED_DEFAULT: Mapping[str, Any] = {"name": "gp"}
-
-
-def known_before_training(sources: Sequence[str]) -> bool:
-    """Whether objectives from ``sources`` (``metric``, ``cost``, ``measured``) are one metric
-    and costs known before training: what ``costaware`` needs."""
-    return sources.count("metric") == 1 and all(s in ("metric", "cost") for s in sources)
-
-
-def default_sampler(sources: Sequence[str]) -> dict[str, Any]:
-    """The default sampler of a study whose objectives come from ``sources``:
-    :data:`DEFAULT_SAMPLER` where :func:`known_before_training`, else
-    :data:`MEASURED_DEFAULT`."""
-    return dict(DEFAULT_SAMPLER if known_before_training(sources) else MEASURED_DEFAULT)
-
+__all__ = ["SAMPLERS", "StoppedTrialsView", "make_sampler", "stopped_values"]
 
 def _tpe(*, seed: int | None = None, multivariate: bool = True, constant_liar: bool = True,
          n_startup_trials: int = 4, **options: Any) -> optuna.samplers.TPESampler:
@@ -166,9 +145,9 @@ def stopped_values(trial: FrozenTrial, objectives: Sequence[Any],
     """A stopped trial's objective vector at the epoch it reached: the metric objective's last
     intermediate value, each cost objective from its stored cost; ``None`` where one is
     missing (a measured objective such as ``latency_ms`` is measured only after the full
-    epochs) or the stored attributes do not parse (``studies.stored``)."""
-    from studies.record import Status
-    from studies.stored import StoredValueError, trial_attrs
+    epochs) or the stored attributes do not parse (``studies.store.stored``)."""
+    from studies.store.keys import Status
+    from studies.store.stored import StoredValueError, trial_attrs
 
     if not trial.intermediate_values:
         return None
@@ -223,8 +202,8 @@ class LearnsFromStopped(optuna.samplers.BaseSampler):
 
     def _study_objectives(self, study: optuna.Study) -> Sequence[Any] | None:
         if study._study_id not in self._objectives:
-            from studies.record import OBJECTIVES
-            from studies.stored import StoredValueError, study_attrs
+            from studies.objectives import OBJECTIVES
+            from studies.store.stored import StoredValueError, study_attrs
 
             try:
                 attrs = study_attrs(study.study_name, study.user_attrs, len(study.directions),

@@ -8,11 +8,11 @@ architecture (the search space), computes the cheap objectives on the meta devic
 - makes a twin of a trial in flight wait for its result,
 
 and hands Tune only what must train. ``on_trial_complete`` tells the study how the trial ended
-(complete, pruned by the scheduler, failed). Every ending is written through ``studies.record``
-and counted in one ``studies._tally.Tally``; the budget, the deadline and the waiting twins are
-``studies._pace.Pace``'s; the scheduler tells what it stopped through ``on_stop``.
-``StudyCallback`` is the searcher's view of what
-Tune does not show a searcher: every epoch report (written to the database as it arrives, the one
+(complete, pruned by the scheduler, failed). Every ending is written through the study's store
+(``studies.store.StudyStore``) and counted in one ``studies._tally.Tally``; the budget, the
+deadline and the waiting twins are ``studies._pace.Pace``'s; the scheduler tells what it stopped
+through ``on_stop``. ``StudyCallback`` is the searcher's view of what Tune does not show a
+searcher: every epoch report (written to the database as it arrives, the one
 a scheduler stops on included), the error of a failed trial, and a clock for the progress line.
 
 Optuna's storage is the record: Tune's trial ids are kept only while the run lives.
@@ -36,16 +36,14 @@ from ray.tune.stopper import Stopper
 
 from nas.errors import NasError
 from nas.tasks import TaskGeometry
-from studies import record
 from studies._pace import Pace
 from studies._progress import Progress
-from studies._snapshot import asking_study
 from studies._tally import Tally
 from studies._trials import StudyRun, base_settings, suggest
 from studies.constraints import cost_dict, violations
 from studies.costaware import Costing, bind
-from studies.record import Status, TrialKey
-from studies.storage import StorageError, retrying, session
+from studies.objectives import objective_values
+from studies.store import Status, StorageError, StoredValueError, TrialKey, study_attrs
 
 if TYPE_CHECKING:  # the cost model (torch) is imported when the first trial is costed
     from nas.config import ArchConfig
@@ -61,12 +59,12 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 def _guarded(method: _F) -> _F:
     """A database or disk fault inside a Tune hook stops the run instead of escaping into Tune:
     it is kept as ``fault`` (the ``FaultStopper`` then stops every trial) and the hook returns
-    what ends the search."""
+    what ends the search. (Every database call of a hook goes through the study's store, which
+    gives its driver errors as ``StorageError``.)"""
     @functools.wraps(method)
     def wrapper(self: StudySearcher, *args: Any, **kwargs: Any) -> Any:
         try:
-            with session(self.run.storage.url):  # a driver error that escaped: ours, one line
-                return method(self, *args, **kwargs)
+            return method(self, *args, **kwargs)
         except (StorageError, OSError) as exc:
             self.fault = self.fault or " ".join(str(exc).split())
             return Searcher.FINISHED if method.__name__ == "suggest" else None
@@ -126,13 +124,11 @@ def _known_results(trials: list[optuna.trial.FrozenTrial]) -> dict[str, _Known]:
 
 
 def _reference(run: StudyRun) -> tuple[float | None, ...] | None:
-    """The study's stored reference point as ``studies.stored`` parses it; None (derived from
-    the trials) where it is missing or does not parse: a database value is only data."""
-    from studies.stored import StoredValueError, study_attrs
-
+    """The study's stored reference point as ``studies.store.stored`` parses it; None (derived
+    from the trials) where it is missing or does not parse: a database value is only data."""
     try:
-        return study_attrs(run.spec.name, run.study.user_attrs, len(run.study.directions),
-                           full=False).reference
+        return study_attrs(run.spec.name, run.store.user_attrs(run.study),
+                           len(run.study.directions), full=False).reference
     except StoredValueError:
         return None
 
@@ -143,7 +139,7 @@ class StudySearcher(Searcher):
     ``suggest`` asks the study's sampler for a trial, maps its parameters to an architecture,
     costs it on the meta device, and rejects it (a constraint broken) or reuses a known result,
     else launches it; ``on_trial_complete`` tells the study how it ended. Each ending is written
-    through ``studies.record`` and counted in ``tally``, both by the tell path alone. ``pace``
+    through the study's store and counted in ``tally``, both by the tell path alone. ``pace``
     holds the budget, ``deadline`` (a ``time.monotonic()`` after which no trial starts), the
     halt and the twins waiting for a trial in flight. The scheduler tells what it stopped
     through :meth:`on_stop`.
@@ -154,12 +150,11 @@ class StudySearcher(Searcher):
         super().__init__(metric=None, mode=None)
         spec = run.spec
         self.run, self.geometry, self.progress = run, geometry, progress
-        with session(run.storage.url):
-            trials = run.study.get_trials(deepcopy=False)
-            # Asked through a second handle on the study whose storage reads the study's
-            # trials once per suggestion (studies._snapshot); told through run.study.
-            self.asking, self.snapshots = asking_study(
-                run.study, optuna.storages.get_storage(run.storage))
+        self.store = run.store
+        trials = self.store.trials(run.study)
+        # Asked through a second handle on the study whose storage reads the study's trials
+        # once per suggestion (studies.store._snapshot); told through run.study.
+        self.asking = self.store.asking(run.study)
         self.tally = Tally.of(trials)
         self.known = _known_results(trials)
         self.pace: Pace[_Candidate] = Pace(spec.budget.trials, deadline)
@@ -227,7 +222,7 @@ class StudySearcher(Searcher):
                 continue
             if not self.pace.defer(sampled):
                 return self._launch(trial_id, sampled)
-            record.record_sampled(self.run, sampled.trial, sampled.attrs)  # a twin waits
+            self.store.record_sampled(sampled.trial, sampled.attrs)  # a twin waits
             sampled.stored = True
         return self._finished_or_wait()
 
@@ -261,7 +256,7 @@ class StudySearcher(Searcher):
     # ------------------------------------------------------------------ StudyCallback's input
     @_guarded
     def record_epoch(self, trial_id: str, result: dict[str, Any]) -> None:
-        """Write one epoch report to the study record (``studies.record.record_epoch``). The
+        """Write one epoch report to the study record (``StudyStore.record_epoch``). The
         final report carries the last epoch (``studies.worker.trainable`` sends them as one):
         recorded here, with that epoch's own value, unless an epoch report already did."""
         candidate = self.live.get(trial_id)
@@ -278,7 +273,7 @@ class StudySearcher(Searcher):
             extra = json.loads(result.get("extra") or "{}")
         except (TypeError, ValueError):
             extra = {}
-        record.record_epoch(self.run, candidate.trial, {
+        self.store.record_epoch(self.run.study, candidate.trial, {
             "epoch": epoch, "train_loss": result.get("train_loss"), "metric": result.get("metric"),
             "value": result.get("value"), "seconds": result.get("epoch_seconds"),
             "extra": extra})
@@ -316,9 +311,9 @@ class StudySearcher(Searcher):
                                      f"fault, {self.infrastructure[key]} times: {message}"})
             return
         self.pace.ended(key)
-        record.close_interrupted(self.run, [candidate.trial],
-                                 reason=f"infrastructure fault: {message}",
-                                 attrs={TrialKey.FAULT: "infrastructure"})
+        self.store.close_interrupted(self.run.study, [candidate.trial], space=self.run.space,
+                                     reason=f"infrastructure fault: {message}",
+                                     attrs={TrialKey.FAULT: "infrastructure"})
         self._told(Status.INTERRUPTED)
         running = max(1, len(self.live))
         self.max_live = max(1, min(self.max_live, running + 1) - 1)
@@ -374,11 +369,11 @@ class StudySearcher(Searcher):
         """Ask for a trial, map its parameters to an architecture and cost it; reject it or
         reuse a known result (None), or return it to train."""
         run, spec = self.run, self.run.spec
-        with self.snapshots.snapshot():  # one read of the study's trials for this suggestion
-            trial = retrying(run.storage.url, self.asking.ask)
+        with self.asking.snapshot():  # one read of the study's trials for this suggestion
+            trial = self.asking.ask()
             try:  # the sampler reads and writes the database: retried like any write
-                config, train_overrides = retrying(
-                    run.storage.url, lambda: suggest(run.space, trial, spec.smoke))
+                config, train_overrides = self.asking.draw(
+                    lambda: suggest(run.space, trial, spec.smoke))
             except StorageError:  # a database fault while drawing: must not stay RUNNING
                 self._abandon(trial)
                 raise
@@ -408,8 +403,8 @@ class StudySearcher(Searcher):
         spec, number = self.run.spec, candidate.trial.number
         self.live[trial_id] = candidate
         self.pace.started(candidate.key, number)
-        record.record_launched(self.run, candidate.trial, trial_id,
-                               attrs=None if candidate.stored else candidate.attrs)
+        self.store.record_launched(candidate.trial, trial_id,
+                                   attrs=None if candidate.stored else candidate.attrs)
         candidate.stored = True
         cost = candidate.attrs[TrialKey.COST]
         self._show()
@@ -436,7 +431,7 @@ class StudySearcher(Searcher):
         self._show()
 
     def _reject(self, trial: Any, reason: str, attrs: dict[str, Any]) -> None:
-        record.record_rejected(self.run, trial, reason, attrs)
+        self.store.record_rejected(self.run.study, trial, reason, attrs)
         self._told(Status.REJECTED)
         self.pace.rejected(self.run.spec.name, reason)
 
@@ -445,8 +440,8 @@ class StudySearcher(Searcher):
         attrs = {**candidate.attrs, TrialKey.EPOCHS_REACHED: previous.epochs_reached}
         if previous.checkpoint:
             attrs[TrialKey.CHECKPOINT] = previous.checkpoint
-        record.record_reused(self.run, candidate.trial, previous.values,
-                             source=previous.number, attrs=attrs)
+        self.store.record_reused(self.run.study, candidate.trial, previous.values,
+                                 source=previous.number, attrs=attrs)
         self._told(Status.REUSED, list(previous.values))
 
     def _abandon(self, trial: optuna.trial.Trial) -> None:
@@ -454,8 +449,8 @@ class StudySearcher(Searcher):
         not counted, not enqueued again (the sampler draws afresh). Where the database cannot
         be written now, it is left for the end of the run or the next resume to close."""
         try:
-            record.close_interrupted(
-                self.run, [trial], rerun=False,
+            self.store.close_interrupted(
+                self.run.study, [trial], rerun=False,
                 reason="the database failed while this trial's parameters were drawn")
         except NasError:
             self.unclosed += 1
@@ -465,8 +460,8 @@ class StudySearcher(Searcher):
     def _interrupt(self, candidate: _Candidate) -> None:
         self.pace.ended(candidate.key)
         try:
-            record.close_interrupted(
-                self.run, [candidate.trial],
+            self.store.close_interrupted(
+                self.run.study, [candidate.trial], space=self.run.space,
                 reason="the run ended while this trial was waiting or training")
         except NasError:  # the database may be what ended the run: left for the next resume
             self.unclosed += 1
@@ -490,28 +485,28 @@ class StudySearcher(Searcher):
             if result.get(name) is not None:
                 attrs[key] = result[name]
         if status == Status.COMPLETED:
-            values = record.objective_values(spec.objectives, candidate.attrs[TrialKey.COST],
-                                             result)
+            values = objective_values(spec.objectives, candidate.attrs[TrialKey.COST], result)
             limit = spec.constraints.get("latency_ms_max")
             if isinstance(values, str):
                 attrs[TrialKey.REASON] = values
             elif limit is not None and (result.get("latency_ms") or 0.0) > limit:
-                record.record_rejected(self.run, trial, f"latency_ms {result['latency_ms']:.2f} "
-                                       f"breaks latency_ms_max={limit:g}", attrs)
+                self.store.record_rejected(self.run.study, trial,
+                                           f"latency_ms {result['latency_ms']:.2f} breaks "
+                                           f"latency_ms_max={limit:g}", attrs)
                 self._told(Status.REJECTED)
                 return
             else:
-                record.record_completed(self.run, trial, values, attrs)
+                self.store.record_completed(self.run.study, trial, values, attrs)
                 self._told(Status.COMPLETED, values)
                 self.known[candidate.key] = _Known(trial.number, values,
                                                    attrs[TrialKey.EPOCHS_REACHED],
                                                    attrs.get(TrialKey.CHECKPOINT))
                 return
         if status == Status.STOPPED:
-            record.record_stopped(self.run, trial, attrs)
+            self.store.record_stopped(self.run.study, trial, attrs)
             self._told(Status.STOPPED)
             return
-        record.record_failed(self.run, trial, attrs)
+        self.store.record_failed(self.run.study, trial, attrs)
         self._told(Status.FAILED)
 
     def _note(self, text: str) -> None:

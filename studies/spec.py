@@ -24,18 +24,19 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from nas.errors import ConfigError
 from nas.loading import read_mapping
-from studies.record import OBJECTIVES, Direction, Objective
-from studies.samplers import DEFAULT_SAMPLER, default_sampler, known_before_training
+from studies.objectives import OBJECTIVES, Direction, Objective
 from studies.smoke import Smoke, parse_smoke
 
 __all__ = [
+    "DEFAULT_SAMPLER",
+    "MEASURED_DEFAULT",
     "OBJECTIVES",
     "Budget",
     "Fidelity",
@@ -43,6 +44,8 @@ __all__ = [
     "Resources",
     "StudySpec",
     "TuneOptions",
+    "default_sampler",
+    "known_before_training",
     "load_study_spec",
 ]
 
@@ -60,6 +63,26 @@ _MAX_SEED = 2**32 - 1 - _MAX_TRIALS
 #: Tune logger callbacks by name; ``json`` is always written (``ExperimentAnalysis`` reads it).
 TUNE_CALLBACKS = ("csv", "json", "tensorboard", "mlflow", "wandb")
 _EVALUATOR = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+
+
+#: The sampler a study file without ``sampler`` gets (chosen by ``benchmarks/search.py``).
+DEFAULT_SAMPLER: Mapping[str, Any] = {"name": "costaware"}
+#: The default where an objective is measured after training (``latency_ms``), which
+#: ``costaware`` cannot know before it: the best measured of the others.
+MEASURED_DEFAULT: Mapping[str, Any] = {"name": "gp"}
+
+
+def known_before_training(sources: Sequence[str]) -> bool:
+    """Whether objectives from ``sources`` (``metric``, ``cost``, ``measured``) are one metric
+    and costs known before training: what ``costaware`` needs."""
+    return sources.count("metric") == 1 and all(s in ("metric", "cost") for s in sources)
+
+
+def default_sampler(sources: Sequence[str]) -> dict[str, Any]:
+    """The default sampler of a study whose objectives come from ``sources``:
+    :data:`DEFAULT_SAMPLER` where :func:`known_before_training`, else
+    :data:`MEASURED_DEFAULT` (``studies.samplers`` builds it)."""
+    return dict(DEFAULT_SAMPLER if known_before_training(sources) else MEASURED_DEFAULT)
 
 
 @dataclass(frozen=True)

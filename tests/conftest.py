@@ -2,10 +2,14 @@ from __future__ import annotations
 
 import os
 
+import optuna
 import pytest
 import torch
 
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# The process's log levels, as the CLI sets them (nas_cli.main): Optuna's INFO lines (a study
+# created, each trial told) are no test's output.
+optuna.logging.set_verbosity(optuna.logging.WARNING)
 # Tiny models: one thread is faster than two contending ones on this 2-core machine.
 torch.set_num_threads(1)
 

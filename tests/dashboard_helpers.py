@@ -22,8 +22,8 @@ from nas.config import ArchConfig
 from nas.cost import estimate_cost
 from search_spaces import SearchSpace
 from studies import StudySpec, create_study
-from studies.record import Status, StudyKey, TrialKey
-from studies.storage import open_storage, write_epoch
+from studies.store import Status, StudyKey, TrialKey
+from studies.store.storage import open_storage, write_epoch
 
 # The engine tests' vit space on 32x32 digits (2 x 2 x 2 knob values, 6 distinct
 # architectures), with the learning rate searched too.

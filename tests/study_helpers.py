@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from nas.tasks import TaskGeometry
-from studies.record import TrialKey
+from studies.store import TrialKey
 
 TESTS_DIR = Path(__file__).resolve().parent
 ROOT = TESTS_DIR.parent

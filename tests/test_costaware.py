@@ -15,8 +15,8 @@ from optuna.trial import TrialState
 from nas.errors import ConfigError
 from studies import StudySpec, create_study, run_study
 from studies.costaware import _GP, CostAwareSampler, Costing, bind
-from studies.record import Status, TrialKey
 from studies.samplers import LearnsFromStopped, make_sampler
+from studies.store import Status, TrialKey
 
 ray_local = h.ray_local
 DIRECTIONS = ["maximize", "minimize"]

@@ -2,9 +2,9 @@
 
 A study database is shared, and Optuna's own tools and other programs write to it. Each case
 here takes a copy of a finished study database, replaces one stored value the way another tool
-could (every key of ``studies.record`` and rows of ``nas_leases`` and ``nas_epochs``: missing, the
-wrong JSON type, not JSON, huge, nested 100,000 deep, path-like, control characters) and runs
-the reading commands on it in-process:
+could (every key of ``studies.store.keys`` and rows of ``nas_leases`` and ``nas_epochs``:
+missing, the wrong JSON type, not JSON, huge, nested 100,000 deep, path-like, control
+characters) and runs the reading commands on it in-process:
 
 - each ends with exit 0, or exit 2 and ONE line on stderr; never a traceback, never another code;
 - the read-only ones (status, pareto, export, and promote, which is refused at the unknown
@@ -35,10 +35,10 @@ from postgres_fixture import postgres_url
 from nas.cost import estimate_cost
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study
-from studies.lease import acquire
-from studies.record import Status, StudyKey, TrialKey
-from studies.storage import open_storage, write_epoch
-from studies.stored import iter_keys
+from studies.store import Status, StudyKey, TrialKey
+from studies.store.keys import iter_keys
+from studies.store.lease import acquire
+from studies.store.storage import open_storage, write_epoch
 
 __all__ = ["postgres_url"]  # a fixture, imported for the PostgreSQL test
 

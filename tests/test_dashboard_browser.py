@@ -31,7 +31,7 @@ from optuna.trial import TrialState
 from dashboard import create_app
 from nas.config import ArchConfig
 from studies import StudySpec, create_study, run_study
-from studies.record import Status, StudyKey, TrialKey
+from studies.store import Status, StudyKey, TrialKey
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed "
                                 "(pip install selenium; the test extra has it)")

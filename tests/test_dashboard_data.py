@@ -87,9 +87,8 @@ from nas.errors import NasError
 from nas_cli.dashboard_cmd import register
 from studies.pareto import hypervolume_history as pareto_history
 from studies.pareto import nondominated_mask, normalized_hypervolume, pareto_sweep, to_minimization
-from studies.record import Status, StudyKey, TrialKey
 from studies.report import study_status
-from studies.storage import StorageError, epochs_table
+from studies.store import Status, StorageError, StudyKey, TrialKey, epochs_table
 
 __all__ = ["postgres_url"]  # a fixture, imported for this module's tests
 
@@ -364,7 +363,7 @@ def test_list_studies(study: EngineStudy, engine: sa.Engine) -> None:
         10, 6, 1, 1, 1, 1)
     assert row.task == "digits"
     assert infos[1].objectives == ("accuracy", "params")
-    # A status word that is not one of studies.record.Status' counts by the trial's state.
+    # A status word that is not one of studies.store.Status' counts by the trial's state.
     evil = frame.set_index("name").loc[EVIL]
     assert (evil.trials, evil.completed, evil.stopped) == (4, 4, 0)
 

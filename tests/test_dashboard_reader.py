@@ -27,8 +27,7 @@ from dashboard.testing import (
     post_callback,
 )
 from studies.pareto import nondominated_mask, normalized_hypervolume, to_minimization
-from studies.record import Status
-from studies.storage import StorageError
+from studies.store import Status, StorageError
 
 NAME, OTHER = "in-memory", "in-memory-b"
 START = datetime(2026, 1, 1, 12, 0)

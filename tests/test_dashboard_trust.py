@@ -3,7 +3,7 @@
 A study database is shared: teammates, ``optuna.copy_study``, notebooks write to its tables, so
 what the dashboard reads there is data of unknown origin. Each case takes a copy of a database
 the engine wrote (``studies.create_study``, Optuna's ask and tell, ``write_epoch``), replaces
-stored values as another tool could (every key of ``studies.record.StudyKey`` and ``TrialKey``:
+stored values as another tool could (every key of ``studies.store.StudyKey`` and ``TrialKey``:
 missing, the wrong JSON type, not JSON, over 1,000,000 characters, nested 100,000 deep, control
 characters; rows of ``nas_epochs``; Optuna's own columns) with sqlite3, and reads it:
 
@@ -54,9 +54,9 @@ from dashboard.testing import (
 )
 from nas.errors import NasError
 from studies import StudySpec, create_study
-from studies.record import Status, StudyKey, TrialKey
-from studies.storage import epochs_table, write_epoch
-from studies.stored import StoredValueError, iter_keys, trial_attrs
+from studies.store import Status, StoredValueError, StudyKey, TrialKey, epochs_table, trial_attrs
+from studies.store.keys import iter_keys
+from studies.store.storage import write_epoch
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -85,7 +85,7 @@ def _text(key: str, variant: str) -> str | None:
 
 
 def _unreadable(key: str, variant: str) -> bool:
-    """Whether ``studies.stored`` refuses ``variant`` as the value of ``key``."""
+    """Whether ``studies.store.stored`` refuses ``variant`` as the value of ``key``."""
     if variant == "missing":
         return key == StudyKey.SPACE  # a study made by nas has its space
     if variant == "escapes":  # a string: fine where a string belongs, but a status word
@@ -554,7 +554,7 @@ def test_every_formula_start_is_neutralised(crafted: Any) -> None:
 @pytest.mark.parametrize("key", sorted(PAGE_KEYS))
 def test_the_study_pages_checks_agree_with_studies_stored(key: str, value: Any) -> None:
     """The study page checks a column of 10,000 trials quickly; it accepts a value exactly
-    where ``studies.stored.trial_attrs`` does (which it falls back to)."""
+    where ``studies.store.trial_attrs`` does (which it falls back to)."""
     from dashboard.data import _typed
 
     try:
@@ -579,7 +579,7 @@ def test_the_study_pages_checks_agree_with_studies_stored(key: str, value: Any) 
 ])
 def test_the_fast_decoding_agrees_with_studies_stored(text: str) -> None:
     from dashboard._sql import _decode
-    from studies.stored import loads
+    from studies.store import loads
 
     try:
         expected = loads(text, study=STUDY, key="k")

@@ -13,8 +13,8 @@ import study_helpers as h
 
 from studies import StudySpec, create_study
 from studies._trials import StudyRun
-from studies.record import TrialKey, record_epoch, record_launched
-from studies.storage import _optuna_transaction, read_epochs
+from studies.store import TrialKey, read_epochs
+from studies.store.storage import _optuna_transaction
 
 
 @pytest.fixture()
@@ -51,11 +51,12 @@ def test_an_epoch_is_one_transaction_and_a_resent_one_changes_nothing(
         run: StudyRun, commits: _Commits) -> None:
     trial = run.study.ask()
     commits.n = 0
-    record_epoch(run, trial, {"epoch": 1, "train_loss": 0.5, "metric": "accuracy",
+    run.store.record_epoch(run.study, trial, {"epoch": 1, "train_loss": 0.5, "metric": "accuracy",
                               "value": 0.75, "seconds": 1.0, "extra": {"lr": 0.1}})
     assert commits.n == 1
-    record_epoch(run, trial, {"epoch": 1, "value": 0.25})  # re-sent (a retried trial)
-    record_epoch(run, trial, {"epoch": 2, "value": float("nan")})  # no intermediate value
+    store, study = run.store, run.study
+    store.record_epoch(study, trial, {"epoch": 1, "value": 0.25})  # re-sent (a retried trial)
+    store.record_epoch(study, trial, {"epoch": 2, "value": float("nan")})  # no intermediate value
     rows = read_epochs(run.storage.engine, "writes", trial.number)
     assert [(r["epoch"], r["value"], r["extra"]) for r in rows][:1] == [(1, 0.75, {"lr": 0.1})]
     assert len(rows) == 2
@@ -68,7 +69,7 @@ def test_a_launched_trial_writes_its_attributes_in_one_transaction(
     trial = run.study.ask()
     attrs = {TrialKey.ARCH_ID: "abc", TrialKey.TRAIN: {"epochs": 2}, TrialKey.COST: {"p": 1}}
     commits.n = 0
-    record_launched(run, trial, "tune-1", attrs=attrs)
+    run.store.record_launched(trial, "tune-1", attrs=attrs)
     assert commits.n == 1
     stored = run.storage.get_trial(trial._trial_id).user_attrs
     assert stored == {**attrs, TrialKey.TUNE_TRIAL: "tune-1"}
@@ -77,11 +78,11 @@ def test_a_launched_trial_writes_its_attributes_in_one_transaction(
 def test_without_the_private_steps_the_same_record_is_written(
         run: StudyRun, monkeypatch: pytest.MonkeyPatch) -> None:
     """The fallback (Optuna's public calls) writes the same rows and values."""
-    monkeypatch.setattr("studies.storage._OPTUNA_STEPS", ("_no_such_step",))
+    monkeypatch.setattr("studies.store.storage._OPTUNA_STEPS", ("_no_such_step",))
     trial = run.study.ask()
-    record_epoch(run, trial, {"epoch": 1, "value": 0.5})
-    record_epoch(run, trial, {"epoch": 1, "value": 0.9})
-    record_launched(run, trial, "tune-2", attrs={TrialKey.ARCH_ID: "x"})
+    run.store.record_epoch(run.study, trial, {"epoch": 1, "value": 0.5})
+    run.store.record_epoch(run.study, trial, {"epoch": 1, "value": 0.9})
+    run.store.record_launched(trial, "tune-2", attrs={TrialKey.ARCH_ID: "x"})
     stored = run.storage.get_trial(trial._trial_id)
     assert stored.intermediate_values == {1: 0.5}
     assert stored.user_attrs == {TrialKey.ARCH_ID: "x", TrialKey.TUNE_TRIAL: "tune-2"}

@@ -44,7 +44,7 @@ from nas_cli.export_cmd import FORMAT_NAMES, export_hint, register
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study, pareto_trials
 from studies.export import FORMATS, export_trials, formats_for, git_commit, trial_record
-from studies.record import Status, StudyKey, TrialKey
+from studies.store import Status, StudyKey, TrialKey
 from trainers import get_task
 from trainers.loop import TrainConfig, TrainResult, save_checkpoint
 

@@ -45,7 +45,7 @@ from studies.export.clients import (
     acort_max_seq_length,
     openvqa_problems,
 )
-from studies.record import TrialKey
+from studies.store import TrialKey
 from trainers import get_task
 
 

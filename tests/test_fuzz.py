@@ -25,7 +25,7 @@ from optuna.trial import TrialState
 from nas.cost import estimate_cost
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study
-from studies.record import Status, TrialKey
+from studies.store import Status, TrialKey
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -15,7 +15,7 @@ from nas.knobs import Knob, per_family
 from nas.presets import PRESETS, get_preset
 from search_spaces import list_spaces, load_space
 from studies import StudySpec, create_study, load_existing
-from studies.record import Status, TrialKey
+from studies.store import Status, TrialKey
 
 #: ``get_preset(name).arch_id``, computed before ``ffn_activation`` existed.
 ARCH_IDS = {

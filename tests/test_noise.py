@@ -34,8 +34,7 @@ from studies import StudySpec, create_study, run_study
 from studies.fidelity import noise_ceiling
 from studies.noise import seed_spread, spread_of, within_noise
 from studies.promote import plan_promotion
-from studies.record import StudyKey, TrialKey
-from studies.stored import StoredValueError, trial_attrs
+from studies.store import StoredValueError, StudyKey, StudyStore, TrialKey, trial_attrs
 
 pytestmark = [pytest.mark.timeout(600)]
 ray_local = h.ray_local
@@ -179,7 +178,7 @@ def test_a_seeded_promotion_stores_each_seed_and_pareto_shows_the_spread(
         by_source.setdefault(t.user_attrs[TrialKey.SOURCE_TRIAL], []).append(t.values[0])
     assert all(len(set(v)) == 2 for v in by_source.values())  # the seeds differ
 
-    spread = seed_spread("src-promoted", optuna.storages.RDBStorage(url))
+    spread = seed_spread("src-promoted", StudyStore(optuna.storages.RDBStorage(url)))
     assert sorted(spread) == sorted(chosen)
     for n, acc in by_source.items():
         s = spread[n]

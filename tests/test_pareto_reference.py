@@ -19,7 +19,6 @@ from nas_cli.main import main as nas_main
 from search_spaces import SearchSpace
 from studies import StudySpec, create_study, load_existing, run_study
 from studies._progress import Progress
-from studies.engine import largest_cost, study_reference, uniform_chance
 from studies.pareto import (
     fill_reference,
     hypervolume_history,
@@ -29,7 +28,8 @@ from studies.pareto import (
     scale_to_reference,
     to_minimization,
 )
-from studies.record import StudyKey
+from studies.reference import largest_cost, study_reference, uniform_chance
+from studies.store import StudyKey
 
 ray_local = h.ray_local
 ACC_PARAMS = ["maximize", "minimize"]

@@ -25,16 +25,16 @@ import study_helpers as h
 import yaml
 from optuna.trial import TrialState
 
-import studies.engine as engine_module
+import studies.store.lease as lease_module
 from nas.cost import estimate_cost
 from nas.errors import ConfigError
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study, run_study
 from studies.cluster import check_resources
-from studies.lease import read_owner
-from studies.record import Status, StudyKey, TrialKey
 from studies.spec import Resources
-from studies.storage import open_storage, read_epochs
+from studies.store import Status, StudyKey, TrialKey, read_epochs
+from studies.store.lease import read_owner
+from studies.store.storage import open_storage
 
 pytestmark = pytest.mark.timeout(300)
 ray_local = h.ray_local
@@ -337,14 +337,14 @@ def test_a_copy_resumes_as_itself(tmp_path: Path, ray_local: None, monkeypatch,
     orig_runs = _snapshot(runs / "orig")
 
     leases: list[tuple[str, Any, Any]] = []
-    acquire = engine_module.acquire
+    acquire = lease_module.acquire
 
     def spy(engine: Any, name: str, **kwargs: Any) -> Any:
         lease = acquire(engine, name, **kwargs)
         leases.append((name, read_owner(engine, name), read_owner(engine, "orig")))
         return lease
 
-    monkeypatch.setattr(engine_module, "acquire", spy)
+    monkeypatch.setattr(lease_module, "acquire", spy)
     capsys.readouterr()
     assert nas_main(["resume", "copy", "--evaluator", "study_helpers:instant",
                      "--storage", url]) == 0

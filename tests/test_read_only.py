@@ -32,15 +32,15 @@ from postgres_fixture import postgres_url
 
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study, load_existing
-from studies.record import Status, TrialKey
-from studies.storage import (
+from studies.store import (
+    Status,
     StorageError,
+    TrialKey,
     UnknownStudyError,
-    open_storage,
     read_epochs,
     study_names,
-    write_epoch,
 )
+from studies.store.storage import open_storage, write_epoch
 
 __all__ = ["postgres_url"]  # a fixture, imported for this module's tests
 

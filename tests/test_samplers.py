@@ -13,15 +13,9 @@ from optuna.trial import TrialState
 from nas.errors import ConfigError
 from studies import StudySpec, create_study, run_study
 from studies.costaware import CostAwareSampler
-from studies.samplers import (
-    DEFAULT_SAMPLER,
-    MEASURED_DEFAULT,
-    SAMPLERS,
-    LearnsFromStopped,
-    make_sampler,
-)
+from studies.samplers import SAMPLERS, LearnsFromStopped, make_sampler
+from studies.spec import DEFAULT_SAMPLER, MEASURED_DEFAULT, load_study_spec
 from studies.spec import StudySpec as Spec
-from studies.spec import load_study_spec
 
 DIRECTIONS = ["maximize", "minimize"]
 ray_local = h.ray_local

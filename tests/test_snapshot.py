@@ -1,4 +1,4 @@
-"""studies._snapshot: one read of the study's trials per suggestion, the same draws."""
+"""studies.store._snapshot: one read of the study's trials per suggestion, the same draws."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from optuna.storages import BaseStorage, RDBStorage
 from optuna.trial import TrialState
 
-from studies._snapshot import SnapshotStorage, asking_study
+from studies.store._snapshot import SnapshotStorage, asking_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -124,15 +124,14 @@ def test_without_keep_nondominated_a_rung_keeps_only_its_best_share() -> None:
 
 def test_rungs_rebuilt_on_resume_read_costs_as_data(tmp_path) -> None:
     """The rung records a resume rebuilds come from the stored epochs and each trial's stored
-    cost, read through ``studies.stored``: a cost another program wrote as something else is
+    cost, read through ``studies.store.stored``: a cost another program wrote as something else is
     one line naming the study, trial and key, not a traceback."""
     import study_helpers as h
 
     from studies import StudySpec, create_study
     from studies._tune import _rebuild_rungs
-    from studies.record import Status, TrialKey
-    from studies.storage import write_epoch
-    from studies.stored import StoredValueError
+    from studies.store import Status, StoredValueError, TrialKey
+    from studies.store.storage import write_epoch
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     spec = StudySpec.from_dict(h.study_dict("r", fidelity={"epochs": 4, "early_stopping": "asha"}))

@@ -25,8 +25,7 @@ import studies._pace as pace
 from nas.errors import NasError
 from nas_cli.main import main as nas_main
 from studies import StudySpec, counted_trials, create_study, load_existing, run_study
-from studies.record import close_interrupted
-from studies.storage import read_epochs
+from studies.store import read_epochs
 from trainers import TrainConfig, get_task
 from trainers.loop import evaluate, load_checkpoint
 
@@ -253,7 +252,7 @@ def test_a_crash_left_running_trial_is_closed_and_enqueued_again(tmp_path) -> No
     name, dist = next(iter(h.load(url, "crash")[0].distributions.items()))
     run.study.ask({name: dist})
     run = load_existing("crash", url, write=True)
-    assert close_interrupted(run) == 2
+    assert run.store.close_interrupted(run.study, space=run.space) == 2
     first, torn = h.load(url, "crash")[:2]
     assert first.state == TrialState.FAIL and _status(first) == "interrupted"
     assert first.user_attrs["nas.reason"] and counted_trials([first]) == 0

@@ -28,11 +28,12 @@ from postgres_fixture import find_postgres_bin, postgres_server
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-import studies.storage as storage
+import studies.store.storage as storage
 from nas_cli.main import main as nas_main
 from studies import counted_trials
-from studies.lease import read_owner
-from studies.storage import StorageError, open_storage, retrying
+from studies.store import StorageError
+from studies.store.lease import read_owner
+from studies.store.storage import open_storage, retrying
 
 pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(600)]
 ray_local = h.ray_local
@@ -260,7 +261,7 @@ def test_a_database_down_past_the_bound_stops_in_one_line_and_resume_closes_what
     path = h.write_study(tmp_path / "down.yaml", "down", budget={"trials": 6},
                          evaluator="study_helpers:slow")
     done_before = _epochs_reported(pg.url)  # the other study's, on the same server
-    code = ("import sys; import studies.storage as s; s.RETRY_SECONDS = 3.0; "
+    code = ("import sys; import studies.store.storage as s; s.RETRY_SECONDS = 3.0; "
             "from nas_cli.main import main; sys.exit(main(sys.argv[1:]))")
     process = subprocess.Popen([sys.executable, "-c", code, "run", str(path), "--storage",
                                 pg.url], env=h.subprocess_env(), cwd=tmp_path,
@@ -356,7 +357,7 @@ def test_status_shows_the_running_trials_of_a_gone_owner_as_interrupted(
     """A trial stored as RUNNING counts as running while a live process holds the study, and
     as interrupted once none does (its process died, or the database was down as it stopped)."""
     from studies import StudySpec, create_study
-    from studies.lease import acquire
+    from studies.store.lease import acquire
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     run = create_study(StudySpec.from_dict(h.study_dict("gone")), url, geometry=h.GEOMETRY)

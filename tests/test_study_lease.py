@@ -19,16 +19,9 @@ import sqlalchemy as sa
 from postgres_fixture import postgres_url
 from sqlalchemy.engine import Engine, make_url
 
-from studies.lease import (
-    Lease,
-    Owner,
-    StudyOwned,
-    acquire,
-    is_stale,
-    leases_table,
-    read_owner,
-)
-from studies.storage import open_storage
+from studies.store import Lease, Owner, StudyOwned, is_stale
+from studies.store.lease import acquire, leases_table, read_owner
+from studies.store.storage import open_storage
 
 __all__ = ["postgres_url"]  # a fixture, imported for this module's tests
 

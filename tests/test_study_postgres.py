@@ -16,7 +16,7 @@ from study_helpers import ray_local
 from nas.tasks import TaskGeometry
 from nas_cli.main import main as nas_main
 from studies import StudySpec, counted_trials, create_study, load_existing, run_study
-from studies.storage import read_epochs
+from studies.store import read_epochs
 
 __all__ = ["postgres_url", "ray_local"]  # fixtures, imported for this module's tests
 

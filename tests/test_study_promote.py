@@ -21,7 +21,7 @@ from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study, run_study
 from studies.pareto import nondominated_mask, to_minimization
 from studies.promote import rank_agreement, select_trials
-from studies.record import StudyKey, TrialKey
+from studies.store import StudyKey, TrialKey
 
 pytestmark = [pytest.mark.timeout(600)]
 ray_local = h.ray_local

@@ -1,4 +1,4 @@
-"""The study record (``studies.record``), the searcher's tally and its pace, without Ray.
+"""The study record (``studies.store``'s writes), the searcher's tally and its pace, without Ray.
 
 A trial's record is written for each way it can end and read back with Optuna alone; the tally
 the searcher keeps as it tells equals the one rebuilt from the stored trials; the pace keeps
@@ -18,24 +18,9 @@ from optuna.trial import TrialState
 from studies._pace import MAX_REJECTED_IN_A_ROW, Pace
 from studies._tally import Tally
 from studies._trials import StudyRun, counted_trials
-from studies.record import (
-    OBJECTIVES,
-    STATE_OF,
-    Objective,
-    Status,
-    TrialKey,
-    close_interrupted,
-    objective_values,
-    record_completed,
-    record_epoch,
-    record_failed,
-    record_rejected,
-    record_reused,
-    record_sampled,
-    record_stopped,
-)
+from studies.objectives import OBJECTIVES, Objective, objective_values
 from studies.spec import StudySpec
-from studies.storage import open_storage, read_epochs
+from studies.store import STATE_OF, Status, StudyStore, TrialKey, read_epochs
 
 
 # ----------------------------------------------------------------------------- objectives
@@ -65,38 +50,39 @@ def test_objective_values_come_from_their_sources() -> None:
 @pytest.fixture
 def run(tmp_path: Path) -> StudyRun:
     spec = StudySpec.from_dict(h.study_dict("rec"))
-    storage = open_storage(f"sqlite:///{tmp_path / 'r.db'}")
-    study = optuna.create_study(storage=storage, study_name="rec", directions=spec.directions)
-    return StudyRun(spec, None, study, storage)  # type: ignore[arg-type]  # no space needed
+    store = StudyStore.open(f"sqlite:///{tmp_path / 'r.db'}")
+    study = optuna.create_study(storage=store.storage, study_name="rec",
+                                directions=spec.directions)
+    return StudyRun(spec, None, study, store)  # type: ignore[arg-type]  # no space needed
 
 
 def test_each_ending_is_stored_with_its_status_and_state(run: StudyRun) -> None:
-    study, tally = run.study, Tally()
+    study, store, tally = run.study, run.store, Tally()
     trials = [study.ask({"x": optuna.distributions.IntDistribution(0, 9)}) for _ in range(8)]
     for t in trials[:7]:  # each configuration wholly drawn; trial 7 stopped while drawing its own
-        record_sampled(run, t, {TrialKey.ARCH: {"x": t.params["x"]}})
+        store.record_sampled(t, {TrialKey.ARCH: {"x": t.params["x"]}})
     attrs = {TrialKey.ARCH_ID: "abc"}
-    record_completed(run, trials[0], [0.9, 100.0], attrs)
+    store.record_completed(study, trials[0], [0.9, 100.0], attrs)
     tally.add(Status.COMPLETED, [0.9, 100.0])
-    record_reused(run, trials[1], [0.9, 100.0], source=trials[0].number, attrs=attrs)
+    store.record_reused(study, trials[1], [0.9, 100.0], source=trials[0].number, attrs=attrs)
     tally.add(Status.REUSED, [0.9, 100.0])
-    record_stopped(run, trials[2], {TrialKey.EPOCHS_REACHED: 1})
+    store.record_stopped(study, trials[2], {TrialKey.EPOCHS_REACHED: 1})
     tally.add(Status.STOPPED)
-    record_rejected(run, trials[3], "params 9 breaks params_max=1", attrs)
+    store.record_rejected(study, trials[3], "params 9 breaks params_max=1", attrs)
     tally.add(Status.REJECTED)
-    record_failed(run, trials[4], {TrialKey.REASON: "boom"})
+    store.record_failed(study, trials[4], {TrialKey.REASON: "boom"})
     tally.add(Status.FAILED)
     # A promoted trial's links and seed (set when it was enqueued) survive its re-run.
     promoted = {TrialKey.SOURCE_TRIAL: 3, TrialKey.SOURCE_VALUE: 0.5, TrialKey.SEED: 7}
     for key, value in promoted.items():
         trials[6].set_user_attr(key, value)
     # One left by this run (closed by name), one left RUNNING by a crash (found in the database).
-    assert close_interrupted(run, [trials[5]], reason="the run ended") == 1
+    assert store.close_interrupted(study, [trials[5]], reason="the run ended") == 1
     tally.add(Status.INTERRUPTED)
-    assert close_interrupted(run, reason="crashed") == 2
+    assert store.close_interrupted(study, reason="crashed") == 2
     tally.add(Status.INTERRUPTED)
     tally.add(Status.INTERRUPTED)
-    assert close_interrupted(run) == 0  # nothing is RUNNING any more
+    assert store.close_interrupted(study) == 0  # nothing is RUNNING any more
 
     stored = h.load(run.storage.url, "rec")
     ended = stored[:8]
@@ -123,8 +109,9 @@ def test_each_ending_is_stored_with_its_status_and_state(run: StudyRun) -> None:
 def test_an_epoch_is_one_row_and_one_intermediate_value(run: StudyRun) -> None:
     trial = run.study.ask()
     for epoch, value in ((1, 0.5), (2, None), (1, 0.1)):  # a re-sent epoch replaces nothing
-        record_epoch(run, trial, {"epoch": epoch, "train_loss": 1.0, "metric": "accuracy",
-                                  "value": value, "seconds": 0.5, "extra": {"lr": 0.1}})
+        run.store.record_epoch(run.study, trial, {
+            "epoch": epoch, "train_loss": 1.0, "metric": "accuracy", "value": value,
+            "seconds": 0.5, "extra": {"lr": 0.1}})
     rows = read_epochs(run.storage.engine, "rec")
     assert [(r["epoch"], r["value"], r["extra"]) for r in rows] == [
         (1, 0.5, {"lr": 0.1}), (2, None, {"lr": 0.1})]

@@ -30,9 +30,9 @@ from ports import free_port
 
 from nas_cli.main import main as nas_main
 from studies import StudySpec, counted_trials, create_study, load_existing, run_study
-from studies.lease import acquire, leases_table, read_owner
-from studies.record import Status, StudyKey, TrialKey
-from studies.storage import open_storage
+from studies.store import Status, StudyKey, TrialKey
+from studies.store.lease import acquire, leases_table, read_owner
+from studies.store.storage import open_storage
 
 pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(600)]
 ray_local = h.ray_local
@@ -315,8 +315,8 @@ def test_a_full_disk_stops_the_run_in_one_line_and_resume_continues(tmp_path, mo
                                                                      capsys) -> None:
     """The per-epoch table cannot be written (as on a full disk): the run stops with one line
     and exit code 1, its running trials are closed, and `nas resume` finishes the study."""
-    import studies.record as record_module
-    from studies.storage import StorageError
+    import studies.store.record as record_module
+    from studies.store import StorageError
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     path = h.write_study(tmp_path / "full.yaml", "full", budget={"trials": 4},

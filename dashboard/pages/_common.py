@@ -15,7 +15,7 @@ from dashboard import figures, layout
 from dashboard.analysis import StudyView
 from dashboard.data import StudyInfo
 from nas.errors import NasError
-from studies.stored import StoredValueError
+from studies.store import StoredValueError
 
 __all__ = ["file_stem", "formats", "guarded", "hover", "line", "log", "numbers", "page_error",
            "refused", "send_csv", "study_family", "trial_family"]

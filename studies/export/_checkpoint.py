@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nas.errors import NasError
-from studies.record import TrialKey
-from studies.stored import StoredValueError
+from studies.store import StoredValueError, TrialKey
 
 __all__ = ["MAX_CHECKPOINT_BYTES", "Checkpoint", "read_checkpoint"]
 

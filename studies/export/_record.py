@@ -25,11 +25,10 @@ from nas.config import ArchConfig
 from nas.errors import NasError
 from nas.tasks import GEOMETRIES, TaskGeometry
 from studies.engine import StudyRun, load_existing
-from studies.record import StudyKey
 from studies.report import pareto_trials
 from studies.spec import StudySpec
-from studies.storage import session
-from studies.stored import guarded, inert, stored_geometry, stored_text, trial_attrs
+from studies.store import StudyKey, inert, trial_attrs
+from studies.store.stored import stored_geometry, stored_text
 
 __all__ = [
     "TrialRecord",
@@ -198,16 +197,10 @@ def _record(run: StudyRun, trial: FrozenTrial, geometry: TaskGeometry | None) ->
                         values=trial.values, geometry=geometry)
 
 
-def _trials(run: StudyRun) -> list[FrozenTrial]:
-    with session(run.storage.url):
-        return guarded(run.storage.engine, run.spec.name,
-                       lambda: run.study.get_trials(deepcopy=False))
-
-
 def trial_record(name: str, number: int, storage_url: str | None = None) -> TrialRecord:
     """Trial ``number`` of study ``name``; ``NasError`` naming the valid numbers otherwise."""
     run = load_existing(name, storage_url)
-    trials = _trials(run)
+    trials = run.store.trials(run.study)
     found = [t for t in trials if t.number == number]
     if not found:
         numbers = f"0-{len(trials) - 1}" if trials else "none yet"
@@ -222,7 +215,7 @@ def pareto_records(name: str, storage_url: str | None = None) -> list[TrialRecor
     if not numbers:
         raise NasError(f"Study {name!r} has no completed trials, so no Pareto front yet; "
                        "export one trial with --trial N.")
-    by_number = {t.number: t for t in _trials(run)}
+    by_number = {t.number: t for t in run.store.trials(run.study)}
     geometry = _geometry(run)
     return [_record(run, by_number[n], geometry) for n in numbers]
 

@@ -31,8 +31,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from nas.errors import NasError
-from studies.storage import retrying, session
-from studies.stored import StoredValueError
+from studies.store.storage import retrying, session
+from studies.store.stored import StoredValueError
 
 __all__ = [
     "Lease",

@@ -14,7 +14,8 @@ once after ``ask``).
 
 It is built on Optuna's public ``BaseStorage`` interface only (every method delegated,
 ``get_all_trials`` answered from the snapshot); :func:`asking_study` gives the ``optuna.Study``
-over it that the searcher asks through (the same sampler and pruner as the run's study).
+over it (the same sampler and pruner as the run's study), and :class:`Asking` the searcher's
+handle on it (``StudyStore.asking``), each step retried as the store's writes are.
 """
 
 from __future__ import annotations
@@ -22,13 +23,17 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Callable, Container, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["SnapshotStorage", "asking_study"]
+from studies.store.storage import retrying, session
+
+__all__ = ["Asking", "SnapshotStorage", "asking_study"]
+
+_T = TypeVar("_T")
 
 
 def _delegate(name: str) -> Callable[..., Any]:
@@ -131,3 +136,29 @@ def asking_study(study: optuna.Study, storage: BaseStorage) -> tuple[optuna.Stud
     wrapped = SnapshotStorage(storage)
     return optuna.Study(study_name=study.study_name, storage=wrapped, sampler=study.sampler,
                         pruner=study.pruner), wrapped
+
+
+class Asking:
+    """How the searcher draws trials from ``study``: its own sampler, asked through a second
+    handle (:func:`asking_study` over ``storage``, the storage ``study`` was opened with) whose
+    trials are read once per :meth:`snapshot`; told through ``study`` itself. Each step reads
+    and writes the database, and is retried as a write is (``studies.store.storage.retrying``)."""
+
+    def __init__(self, study: optuna.Study, storage: optuna.storages.RDBStorage) -> None:
+        self.url = storage.url
+        with session(self.url):
+            self.study, self.snapshots = asking_study(study,
+                                                      optuna.storages.get_storage(storage))
+
+    def snapshot(self) -> contextlib.AbstractContextManager[None]:
+        """One read of the study's trials for one suggestion (:meth:`SnapshotStorage.snapshot`)."""
+        return self.snapshots.snapshot()
+
+    def ask(self) -> optuna.trial.Trial:
+        """A new trial (a waiting one taken first, as ``Study.ask`` does)."""
+        return retrying(self.url, self.study.ask)
+
+    def draw(self, call: Callable[[], _T]) -> _T:
+        """``call()``: the space drawing an asked trial's parameters (the sampler reads the
+        trials and writes each parameter)."""
+        return retrying(self.url, call)

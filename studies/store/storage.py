@@ -46,9 +46,11 @@ __all__ = [
     "StorageError",
     "UnknownStudyError",
     "epochs_table",
+    "names_in",
     "open_storage",
-    "read_epochs",
+    "read_only_engine",
     "read_only_engine_kwargs",
+    "reading",
     "resolve_storage_url",
     "retrying",
     "session",
@@ -355,6 +357,36 @@ def _read_only_connection(url: str) -> Iterator[sa.Connection]:
         engine.dispose()
 
 
+def read_only_engine(url: str | None = None) -> Engine:
+    """A bare SQLAlchemy engine on the study database that cannot write (see
+    :func:`read_only_engine_kwargs`), for readers with SQL of their own (the dashboard).
+
+    Raises:
+        StorageError: the URL is malformed, the SQLite file is missing, the server cannot be
+            reached, or the database holds no Optuna tables.
+    """
+    url = resolve_storage_url(url)
+    with session(url):
+        engine = sa.create_engine(url, **read_only_engine_kwargs(url))
+        with engine.connect() as conn:
+            if not sa.inspect(conn).has_table("studies"):
+                raise StorageError(f"Storage {_redact(url)!r} holds no Optuna studies (no "
+                                   "`studies` table); point --storage at a study database.")
+    return engine
+
+
+@contextlib.contextmanager
+def reading(engine: Engine) -> Iterator[sa.Connection]:
+    """One consistent snapshot for several queries (one SQLite read transaction, or
+    PostgreSQL's repeatable read); driver errors become ``StorageError``."""
+    with session(engine.url.render_as_string(hide_password=True)), engine.connect() as conn:
+        if engine.dialect.name == "sqlite":
+            conn.exec_driver_sql("BEGIN")  # a read transaction: one WAL snapshot
+        elif engine.dialect.name == "postgresql":
+            conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        yield conn
+
+
 def study_names(url: str | None = None) -> list[str]:
     """The names of the studies in the database, sorted, read without writing anything.
 
@@ -364,9 +396,15 @@ def study_names(url: str | None = None) -> list[str]:
     """
     url = resolve_storage_url(url)
     with session(url), _read_only_connection(url) as conn:
-        if not sa.inspect(conn).has_table("studies"):
-            return []
-        return sorted(conn.execute(sa.text("SELECT study_name FROM studies")).scalars())
+        return names_in(conn)
+
+
+def names_in(conn: sa.Connection) -> list[str]:
+    """The names of the studies a connection's database holds, sorted (none without Optuna's
+    tables)."""
+    if not sa.inspect(conn).has_table("studies"):
+        return []
+    return sorted(conn.execute(sa.text("SELECT study_name FROM studies")).scalars())
 
 
 def _engine(storage: optuna.storages.RDBStorage) -> Engine:
@@ -456,47 +494,3 @@ def write_epoch(storage: optuna.storages.RDBStorage, study_name: str, trial_numb
         with session(storage.url):
             storage.set_trial_intermediate_value(trial_id, epoch, step)
     return exists is None
-
-
-def read_epochs(engine: Engine, study_name: str, trial_number: int | None = None) -> list[
-    dict[str, Any]
-]:
-    """Per-epoch rows of a study (or of one trial), ordered by trial and epoch; none where the
-    database has no ``nas_epochs`` table (a study written by plain Optuna). A row no nas
-    process wrote (a value of the wrong type, ``extra`` not a JSON mapping) is a
-    ``StoredValueError`` naming the study, the trial and the column."""
-    from studies.stored import StoredValueError, loads
-
-    query = sa.select(epochs_table).where(epochs_table.c.study_name == study_name)
-    if trial_number is not None:
-        query = query.where(epochs_table.c.trial_number == trial_number)
-    query = query.order_by(epochs_table.c.trial_number, epochs_table.c.epoch)
-    with engine.connect() as conn:
-        if not sa.inspect(conn).has_table(epochs_table.name):
-            return []
-        try:
-            rows = [dict(r._mapping) for r in conn.execute(query)]
-        except (ValueError, TypeError, OverflowError) as exc:
-            raise StoredValueError(study_name, "nas_epochs", f"holds a row that cannot be read "
-                                   f"({exc})") from None
-    for r in rows:
-        trial = r["trial_number"]
-        where = trial if isinstance(trial, int) and not isinstance(trial, bool) else None
-        for column, kinds in (("trial_number", (int,)), ("epoch", (int,)),
-                              ("train_loss", (int, float, type(None))),
-                              ("value", (int, float, type(None))),
-                              ("seconds", (int, float, type(None))),
-                              ("metric", (str, type(None)))):
-            v = r[column]
-            if isinstance(v, bool) or not isinstance(v, kinds) or (
-                    isinstance(v, str) and len(v) > 64):
-                raise StoredValueError(study_name, f"nas_epochs.{column}",
-                                       f"of epoch row {r['id']} is not of its column's type",
-                                       trial=where)
-        extra = loads(r["extra"] or "{}", study=study_name, key="nas_epochs.extra", trial=where)
-        if not isinstance(extra, dict):
-            raise StoredValueError(study_name, "nas_epochs.extra", "must be a JSON mapping",
-                                   trial=where)
-        r["extra"] = extra
-        r.pop("id", None)
-    return rows

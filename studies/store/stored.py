@@ -18,14 +18,16 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nas.errors import NasError
-from studies.record import Status, StudyKey, TrialKey
+from studies.store.keys import Status, StudyKey, TrialKey
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
     from nas.config import ArchConfig
     from nas.tasks import TaskGeometry
     from search_spaces import SearchSpace
@@ -39,8 +41,11 @@ __all__ = [
     "StudyAttrs",
     "TrialAttrs",
     "check_value",
+    "guarded",
     "inert",
     "loads",
+    "parsed_trials",
+    "read_epochs",
     "stored_geometry",
     "stored_text",
     "study_attrs",
@@ -497,13 +502,6 @@ def first_bad(study: str, rows: Sequence[tuple[int | None, str, Any]]) -> Stored
     return None
 
 
-def iter_keys(attrs: type) -> Iterator[str]:
-    """The key strings a key class (``TrialKey``, ``StudyKey``) declares."""
-    for name, value in vars(attrs).items():
-        if name.isupper() and isinstance(value, str):
-            yield value
-
-
 # ----------------------------------------------------------------------------- through Optuna
 _RAW_ROWS = """
 SELECT CAST(NULL AS INTEGER) AS number, 'study:' || a.key AS key, a.value_json
@@ -575,3 +573,49 @@ def stored_geometry(study: str, raw: Mapping[str, Any]) -> TaskGeometry | None:
 def stored_text(study: str, raw: Mapping[str, Any], key: str) -> str | None:
     """One string-valued study attribute (``StudyKey.SPACE_HASH``, ``TUNE_DIR``, ...)."""
     return _Reader(study, raw).text(key)
+
+
+# ----------------------------------------------------------------------------- epochs
+def read_epochs(engine: Engine, study_name: str,
+                trial_number: int | None = None) -> list[dict[str, Any]]:
+    """Per-epoch rows of a study (or of one trial), ordered by trial and epoch; none where the
+    database has no ``nas_epochs`` table (a study written by plain Optuna). A row no nas
+    process wrote (a value of the wrong type, ``extra`` not a JSON mapping) is a
+    ``StoredValueError`` naming the study, the trial and the column."""
+    import sqlalchemy as sa
+
+    from studies.store.storage import epochs_table, session
+
+    query = sa.select(epochs_table).where(epochs_table.c.study_name == study_name)
+    if trial_number is not None:
+        query = query.where(epochs_table.c.trial_number == trial_number)
+    query = query.order_by(epochs_table.c.trial_number, epochs_table.c.epoch)
+    with session(str(engine.url)), engine.connect() as conn:
+        if not sa.inspect(conn).has_table(epochs_table.name):
+            return []
+        try:
+            rows = [dict(r._mapping) for r in conn.execute(query)]
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise StoredValueError(study_name, "nas_epochs", f"holds a row that cannot be read "
+                                   f"({exc})") from None
+    for r in rows:
+        trial = r["trial_number"]
+        where = trial if isinstance(trial, int) and not isinstance(trial, bool) else None
+        for column, kinds in (("trial_number", (int,)), ("epoch", (int,)),
+                              ("train_loss", (int, float, type(None))),
+                              ("value", (int, float, type(None))),
+                              ("seconds", (int, float, type(None))),
+                              ("metric", (str, type(None)))):
+            v = r[column]
+            if isinstance(v, bool) or not isinstance(v, kinds) or (
+                    isinstance(v, str) and len(v) > 64):
+                raise StoredValueError(study_name, f"nas_epochs.{column}",
+                                       f"of epoch row {r['id']} is not of its column's type",
+                                       trial=where)
+        extra = loads(r["extra"] or "{}", study=study_name, key="nas_epochs.extra", trial=where)
+        if not isinstance(extra, dict):
+            raise StoredValueError(study_name, "nas_epochs.extra", "must be a JSON mapping",
+                                   trial=where)
+        r["extra"] = extra
+        r.pop("id", None)
+    return rows
