@@ -1,6 +1,6 @@
 """The architecture config: one frozen, validated dataclass for every family.
 
-``ArchConfig`` holds every key of the contract (see ``shared/design/contract.md``). It validates on
+``ArchConfig`` holds every key of the contract (``docs/reference/contract.md``). It validates on
 construction with messages that name the value and the rule; ``from_dict`` rejects unknown keys and
 fills keys a family needs but the mapping leaves out from that family's base preset; ``arch_id`` is
 a stable hash of the normalised config (equal networks, equal id).
