@@ -45,11 +45,15 @@ def _chrome(profile: str, width: int, height: int) -> Any:
                  f"--user-data-dir={profile}"):
         options.add_argument(flag)
     service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
-    return webdriver.Chrome(options=options, service=service)
+    driver = webdriver.Chrome(options=options, service=service)
+    # The picture is the viewport: make it exactly width x height (the window has borders).
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+        "width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+    return driver
 
 
 def screenshot(storage: str, study: str, out: Path = OUT, *, width: int = 1280,
-               height: int = 900, timeout: float = 120.0) -> Path:
+               height: int = 940, timeout: float = 120.0) -> Path:
     """Save a PNG of ``study``'s page in the dashboard over ``storage`` to ``out``."""
     from werkzeug.serving import make_server
 
