@@ -223,7 +223,8 @@ def study_keys() -> str:
             dotted = f"{section}.{key}"
             default = _REQUIRED.get(dotted) or _text(defaults.get(dotted))
             lines.append(f"| `{key}` | {default} | {MEANINGS[dotted]} |")
-    lines += ["", "### Objective names", "", "| `objectives.name` | default direction |", "|---|---|"]
+    lines += ["", "### Objective names", "", "| `objectives.name` | default direction |",
+              "|---|---|"]
     lines += [f"| `{name}` | {_direction(name)} |" for name in objective_names()]
     options = sampler_options()
     unknown = sorted(set(options) ^ set(SAMPLER_MEANINGS))

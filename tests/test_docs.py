@@ -171,7 +171,7 @@ def test_no_link_or_docstring_points_outside_the_repository() -> None:
 
 # ----------------------------------------------------------------------------- the browser
 class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's name)
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
