@@ -284,3 +284,17 @@ def test_search_finds_guide_and_generated_reference_terms(browser: Any, served: 
     assert any("/reference/study-file.html" in url for url in found), found
     found = _search(browser, served, "Dehghani")
     assert any("/reference/architecture.html" in url for url in found), found
+
+
+# ----------------------------------------------------------------------------- the README
+def test_the_readme_is_short_and_opens_with_the_two_commands() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert text.count("\n") <= 200
+    first_block = text.split("```bash\n", 1)[1].split("```", 1)[0]
+    assert first_block.startswith("make demo") and "\nmake test" in first_block
+    assert "](docs/images/dashboard.png)" in text  # the tour's picture
+    for page in ("docs/guide/search.md", "docs/guide/cluster.md", "docs/guide/data.md",
+                 "docs/guide/export.md", "docs/guide/plugins.md", "docs/guide/threat-model.md",
+                 "docs/reference/cli.md", "docs/reference/study-file.md",
+                 "docs/reference/architecture.md", "docs/benchmarks.md"):
+        assert f"]({page})" in text, page
