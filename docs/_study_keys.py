@@ -21,7 +21,7 @@ __all__ = ["MEANINGS", "SAMPLER_MEANINGS", "accepted_keys", "objective_names", "
 MEANINGS: dict[str, str] = {
     "name": "the study's name in the database (`nas run --name` overrides it); one line, no "
             "slashes, at most 200 characters",
-    "description": "free text shown with the study",
+    "description": "free text stored with the study",
     "task": "a task name (`digits`), or a mapping with `name` and the task's options "
             "(`{name: image-folder, root: /data/pets}`); see *Bring your own data*",
     "space": "a search space shipped in `search_spaces/` by name, a path to a space file, or "
