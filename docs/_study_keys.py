@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["MEANINGS", "SAMPLER_MEANINGS", "accepted_keys", "objective_names", "sampler_options",
@@ -99,19 +100,25 @@ _PROBE = "__docs_probe__"
 _LISTED = re.compile(r"(?:valid keys|objectives|samplers|its options) are (\[.*?\])")
 
 
-def _refusal(data: dict[str, Any]) -> list[str]:
-    """The list the study parser names when it refuses ``data``."""
+def _listed(parse: Callable[[dict[str, Any]], object], data: dict[str, Any]) -> list[str]:
+    """The list ``parse`` names when it refuses ``data`` (``valid keys are [...]``)."""
     from nas.errors import ConfigError
-    from studies import StudySpec
 
     try:
-        StudySpec.from_dict(data)
+        parse(data)
     except ConfigError as exc:
         match = _LISTED.search(str(exc))
         if match:
             return list(ast.literal_eval(match.group(1)))
         raise
-    raise AssertionError(f"the study parser accepted {data!r}")
+    raise AssertionError(f"{parse.__qualname__} accepted {data!r}")
+
+
+def _refusal(data: dict[str, Any]) -> list[str]:
+    """The list the study parser names when it refuses ``data``."""
+    from studies import StudySpec
+
+    return _listed(StudySpec.from_dict, data)
 
 
 def accepted_keys() -> dict[str, list[str]]:
@@ -131,20 +138,13 @@ def objective_names() -> list[str]:
 
 def sampler_options() -> dict[str, list[str]]:
     """Sampler name -> the options a study file may give it."""
-    from nas.errors import ConfigError
     from studies.samplers import make_sampler
 
-    def listed(spec: dict[str, Any]) -> list[str]:
-        try:
-            make_sampler(spec, 0)
-        except ConfigError as exc:
-            match = _LISTED.search(str(exc))
-            if match:
-                return list(ast.literal_eval(match.group(1)))
-            raise
-        raise AssertionError(f"make_sampler accepted {spec!r}")
+    def parse(spec: dict[str, Any]) -> object:
+        return make_sampler(spec, 0)
 
-    return {name: listed({"name": name, _PROBE: 1}) for name in listed({"name": _PROBE})}
+    return {name: _listed(parse, {"name": name, _PROBE: 1})
+            for name in _listed(parse, {"name": _PROBE})}
 
 
 def _defaults() -> dict[str, Any]:
