@@ -26,7 +26,7 @@ from nas.knobs import FAMILY_NAMES, KNOBS, Knob
 from nas.presets import family_defaults
 
 __all__ = ["README", "SECTIONS", "knob_summary", "knob_table", "main", "present", "presets_list",
-           "render", "section"]
+           "render", "section", "sharing_schemes", "train_settings"]
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -81,10 +81,50 @@ def presets_list() -> str:
     return "\n".join(rows) + "\n"
 
 
+def sharing_schemes() -> str:
+    """The named cross-layer sharing schemes a search space may draw, with the pattern each
+    gives a stack of 6 and of 5 layers."""
+    from nas.sharing import format_pattern
+    from search_spaces import SCHEMES
+
+    rows = ["| scheme | 6 layers | 5 layers |", "|---|---|---|"]
+    rows += [f"| `{name}` | `{format_pattern(build(6))}` | `{format_pattern(build(5))}` |"
+             for name, build in SCHEMES.items()]
+    return "\n".join(rows) + "\n"
+
+
+def _kind(annotation: Any) -> str:
+    """A type annotation as the docs say it: ``float or null``, ``one of `a`, `b```."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(f"`{a}`" for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _kind(a) for a in args)
+    return str(getattr(annotation, "__name__", annotation))
+
+
+def train_settings() -> str:
+    """The training settings a study's ``train`` (and a space's ``train``) may set, with their
+    type and the trainer's default."""
+    from search_spaces._knobs import TRAIN_FIXED, train_fields
+
+    rows = ["| setting | type | default |", "|---|---|---|"]
+    rows += [f"| `{name}` | {_kind(annotation)} | `{_text(default)}` |"
+             for name, (annotation, default) in train_fields().items()]
+    fixed = ", ".join(f"`{name}`" for name in TRAIN_FIXED if name not in ("epochs", "seed"))
+    return "\n".join(rows) + (f"\n\nA study's `train` also takes {fixed}, which a space does "
+                              "not search; `epochs` and `seed` come from `fidelity.epochs` and "
+                              "`seed`.\n")
+
+
 #: section name -> the function rendering it
 SECTIONS: dict[str, Callable[[], str]] = {
     "knob summary": knob_summary, "knobs": knob_table, "presets": presets_list,
-    "cli": cli_reference, "study keys": study_keys}
+    "cli": cli_reference, "study keys": study_keys, "sharing schemes": sharing_schemes,
+    "train settings": train_settings}
 
 
 def _bounds(text: str, name: str) -> tuple[int, int]:

@@ -86,6 +86,20 @@ def test_the_build_renders_every_study_key_and_sampler(site: Path) -> None:
         assert f"<code>{sampler}</code>" in page
         for option in options:
             assert f"<code>{option}</code>" in page, (sampler, option)
+    from search_spaces._knobs import train_fields
+
+    for setting in train_fields():
+        assert f"<td><code>{setting}</code></td>" in page, setting
+
+
+def test_the_search_guide_lists_every_sharing_scheme(site: Path) -> None:
+    from nas.sharing import format_pattern
+    from search_spaces import SCHEMES
+
+    page = _page(site, "guide/search.html")
+    for name, build in SCHEMES.items():
+        assert f"<td><code>{name}</code></td>" in page, name
+        assert f"<code>{format_pattern(build(6))}</code>" in page, name
 
 
 def test_the_build_renders_the_knob_table_and_presets(site: Path) -> None:
