@@ -1,6 +1,7 @@
 """Generated sections of the README and the documentation site, rendered from the code.
 
-The knob table (``nas.knobs``), the ``nas`` parser and the study parser are declared once; the
+The knob table (``nas.knobs``), the ``nas`` parser, the study parser, the presets, the sharing
+schemes and the trainer's settings are declared once in the code; the
 lists for people are rendered here, above the packages, so that ``nas`` never imports its own
 presets to print a column. A generated section lies between
 ``<!-- NAME: docs._generate.FUNCTION() -->`` and ``<!-- /NAME -->``. The site's pages are
@@ -32,7 +33,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def knob_table() -> str:
-    """The README's knob list: one row per knob of ``nas.knobs.KNOBS``."""
+    """The knob list of the architecture reference: one row per knob of ``nas.knobs.KNOBS``."""
     rows = ["| key | values | default | families | acts on | meaning | from |",
             "|---|---|---|---|---|---|---|"]
     for k in KNOBS:
@@ -56,7 +57,7 @@ def _text(value: Any) -> str:
 
 
 def _default_text(knob: Knob) -> str:
-    """A knob's default as the README states it: per family, its dense value, or the base
+    """A knob's default as the docs state it: per family, its dense value, or the base
     presets'."""
     if knob.defaults:
         by_value: dict[str, list[str]] = {}
