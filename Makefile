@@ -8,7 +8,7 @@ TEST_STAMP := $(VENV)/.installed-test
 # own share one of them (`--dist loadgroup`, group `ray-start`).
 TEST_WORKERS ?= 2
 
-.PHONY: demo test lint install clean system-deps bench-env
+.PHONY: demo test lint docs install clean system-deps bench-env
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,16 @@ system-deps:
 test: $(TEST_STAMP) system-deps
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(MKDOCS) build --strict --quiet --site-dir $(SITE)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+
+# The documentation site (docs/, mkdocs.yml) into site/: its reference pages are rendered from
+# the code as it builds, and --strict fails on a broken link or a key the docs do not describe.
+SITE := site
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs
+
+docs: $(TEST_STAMP)
+	$(MKDOCS) build --strict --site-dir $(SITE)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
@@ -53,4 +62,4 @@ $(BENCH_VENV)/.installed: benchmarks/requirements-syne.txt
 	touch $@
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info $(SITE)

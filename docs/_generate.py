@@ -1,10 +1,13 @@
-"""The README's generated sections, rendered from the code that declares them.
+"""Generated sections of the README and the documentation site, rendered from the code.
 
-The knob table (``nas.knobs``) is declared once; its lists for people are rendered here, above
-the packages, so that ``nas`` never imports its own presets to print a column (a docs site can
-render its reference from the same functions). A generated section of ``README.md`` lies between
-``<!-- NAME: docs._generate.FUNCTION() -->`` and ``<!-- /NAME -->``; ``tests/test_knobs.py``
-keeps each equal to its function. After changing a knob::
+The knob table (``nas.knobs``), the ``nas`` parser, the study parser, the presets, the sharing
+schemes and the trainer's settings are declared once in the code; the
+lists for people are rendered here, above the packages, so that ``nas`` never imports its own
+presets to print a column. A generated section lies between
+``<!-- NAME: docs._generate.FUNCTION() -->`` and ``<!-- /NAME -->``. The site's pages are
+rendered when MkDocs builds them (``docs/_hooks.py`` calls :func:`render`), so they are never
+stale; ``README.md`` is a file people read as it is, so its sections are written into it, and
+``tests/test_knobs.py`` keeps them equal to their functions. After changing a knob::
 
     python -m docs._generate           # rewrite README.md's generated sections
     python -m docs._generate --check   # exit 1 (naming them) when a section is stale
@@ -18,16 +21,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from docs._cli_reference import cli_reference
+from docs._study_keys import study_keys
 from nas.knobs import FAMILY_NAMES, KNOBS, Knob
 from nas.presets import family_defaults
 
-__all__ = ["README", "SECTIONS", "knob_summary", "knob_table", "main", "render", "section"]
+__all__ = ["README", "SECTIONS", "knob_summary", "knob_table", "main", "present", "presets_list",
+           "render", "section", "sharing_schemes", "train_settings"]
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def knob_table() -> str:
-    """The README's knob list: one row per knob of ``nas.knobs.KNOBS``."""
+    """The knob list of the architecture reference: one row per knob of ``nas.knobs.KNOBS``."""
     rows = ["| key | values | default | families | acts on | meaning | from |",
             "|---|---|---|---|---|---|---|"]
     for k in KNOBS:
@@ -51,7 +57,7 @@ def _text(value: Any) -> str:
 
 
 def _default_text(knob: Knob) -> str:
-    """A knob's default as the README states it: per family, its dense value, or the base
+    """A knob's default as the docs state it: per family, its dense value, or the base
     presets'."""
     if knob.defaults:
         by_value: dict[str, list[str]] = {}
@@ -67,8 +73,59 @@ def _default_text(knob: Knob) -> str:
     return "the family's base preset's" if preset else "null"
 
 
+def presets_list() -> str:
+    """The presets: name, family and note (``nas presets`` adds their costs)."""
+    from nas.presets import list_presets
+
+    rows = ["| preset | family | note |", "|---|---|---|"]
+    rows += [f"| `{p['name']}` | {p['family']} | {p['note']} |" for p in list_presets()]
+    return "\n".join(rows) + "\n"
+
+
+def sharing_schemes() -> str:
+    """The named cross-layer sharing schemes a search space may draw, with the pattern each
+    gives a stack of 6 and of 5 layers."""
+    from nas.sharing import format_pattern
+    from search_spaces import SCHEMES
+
+    rows = ["| scheme | 6 layers | 5 layers |", "|---|---|---|"]
+    rows += [f"| `{name}` | `{format_pattern(build(6))}` | `{format_pattern(build(5))}` |"
+             for name, build in SCHEMES.items()]
+    return "\n".join(rows) + "\n"
+
+
+def _kind(annotation: Any) -> str:
+    """A type annotation as the docs say it: ``float or null``, ``one of `a`, `b```."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(f"`{a}`" for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _kind(a) for a in args)
+    return str(getattr(annotation, "__name__", annotation))
+
+
+def train_settings() -> str:
+    """The training settings a study's ``train`` (and a space's ``train``) may set, with their
+    type and the trainer's default."""
+    from search_spaces._knobs import TRAIN_FIXED, train_fields
+
+    rows = ["| setting | type | default |", "|---|---|---|"]
+    rows += [f"| `{name}` | {_kind(annotation)} | `{_text(default)}` |"
+             for name, (annotation, default) in train_fields().items()]
+    fixed = ", ".join(f"`{name}`" for name in TRAIN_FIXED if name not in ("epochs", "seed"))
+    return "\n".join(rows) + (f"\n\nA study's `train` also takes {fixed}, which a space does "
+                              "not search; `epochs` and `seed` come from `fidelity.epochs` and "
+                              "`seed`.\n")
+
+
 #: section name -> the function rendering it
-SECTIONS: dict[str, Callable[[], str]] = {"knob summary": knob_summary, "knobs": knob_table}
+SECTIONS: dict[str, Callable[[], str]] = {
+    "knob summary": knob_summary, "knobs": knob_table, "presets": presets_list,
+    "cli": cli_reference, "study keys": study_keys, "sharing schemes": sharing_schemes,
+    "train settings": train_settings}
 
 
 def _bounds(text: str, name: str) -> tuple[int, int]:
@@ -84,11 +141,17 @@ def section(text: str, name: str) -> str:
     return text[start:end]
 
 
+def present(text: str) -> list[str]:
+    """The sections of :data:`SECTIONS` that ``text`` has markers for."""
+    return [name for name, function in SECTIONS.items()
+            if f"<!-- {name}: docs._generate.{function.__name__}() -->\n" in text]
+
+
 def render(text: str) -> str:
-    """``text`` with every section of :data:`SECTIONS` rendered afresh."""
-    for name, function in SECTIONS.items():
+    """``text`` with every section it holds rendered afresh."""
+    for name in present(text):
         start, end = _bounds(text, name)
-        text = text[:start] + function() + text[end:]
+        text = text[:start] + SECTIONS[name]() + text[end:]
     return text
 
 
@@ -98,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if stale")
     args = parser.parse_args(argv)
     text = README.read_text()
-    stale = [name for name, function in SECTIONS.items() if section(text, name) != function()]
+    stale = [name for name in present(text) if section(text, name) != SECTIONS[name]()]
     if args.check:
         if stale:
             print(f"README.md: stale generated sections {stale}; run python -m docs._generate",

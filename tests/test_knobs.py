@@ -1,5 +1,5 @@
 """The knob table (nas/knobs.py) is the one declaration of each knob: the config, the search
-spaces, the exports and the README read it."""
+spaces, the exports, the README and the documentation site read it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import get_args
 import pytest
 
 import nas.config as config
-from docs._generate import README, knob_summary, knob_table, main, render, section
+from docs._generate import README, knob_summary, knob_table, main, present, render, section
 from nas.config import ArchConfig
 from nas.errors import ConfigError
 from nas.knobs import FAMILY_NAMES, KNOBS, by_name, dense_values
@@ -69,26 +69,30 @@ def test_the_dense_values_build_the_plain_transformer() -> None:
     assert plain == ArchConfig.from_dict({**family_defaults("mcan"), "family": "mcan"})
 
 
-def test_the_readme_lists_the_table() -> None:
-    assert section(README.read_text(), "knobs") == knob_table()
+def test_the_site_lists_the_table() -> None:
+    """The architecture reference renders the table when the site is built (docs/_hooks.py)."""
+    page = (README.parent / "docs" / "reference" / "architecture.md").read_text()
+    assert "knobs" in present(page)
+    assert section(render(page), "knobs") == knob_table()
     assert knob_table().count("\n") == len(KNOBS) + 2  # a header, a rule and a row per knob
 
 
 def test_the_readme_summarises_the_knobs_the_papers_name() -> None:
     assert section(README.read_text(), "knob summary") == knob_summary()
+    assert present(README.read_text()) == ["knob summary"]
 
 
 def test_the_generator_rewrites_a_stale_section_and_check_reports_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     text = README.read_text()
-    stale = text.replace(knob_table(), knob_table().replace("| `d_model` |", "| `width` |"))
+    stale = text.replace(knob_summary(), knob_summary().replace("| `groups` |", "| `k` |"))
     assert stale != text and render(stale) == text
     readme = tmp_path / "README.md"
     readme.write_text(stale)
     monkeypatch.setattr("docs._generate.README", readme)
     assert main(["--check"]) == 1 and readme.read_text() == stale
-    assert "stale generated sections ['knobs']" in capsys.readouterr().err
+    assert "stale generated sections ['knob summary']" in capsys.readouterr().err
     assert main([]) == 0 and readme.read_text() == text
     assert main(["--check"]) == 0
 

@@ -1,6 +1,7 @@
 """Plugins: a throw-away package registers a family and a knob through the entry point groups
 ``nas.families`` and ``nas.knobs``; ``nas cost``, ``nas train``, a smoke study and the yaml,
-json and torch exports work on it. The package's module is the README's example, verbatim."""
+json and torch exports work on it. The package's module is the example of the plugins guide
+(docs/guide/plugins.md), verbatim."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from studies import StudySpec, create_study, run_study
 
 pytestmark = [pytest.mark.timeout(900)]
 
-README = Path(__file__).parents[1] / "README.md"
+GUIDE = Path(__file__).parents[1] / "docs" / "guide" / "plugins.md"
 ENTRY_POINTS = """\
 [nas.families]
 tinyenc = tinyenc
@@ -38,10 +39,10 @@ pool_tokens = tinyenc:POOL_TOKENS
 
 
 def example_source() -> str:
-    """The README's one-file example family (the block after ``<!-- plugin: tinyenc.py -->``)."""
-    text = README.read_text()
+    """The guide's one-file example family (the block after ``<!-- plugin: tinyenc.py -->``)."""
+    text = GUIDE.read_text()
     match = re.search(r"<!-- plugin: tinyenc\.py -->\s*```python\n(.*?)```", text, re.S)
-    assert match, "README lost its example plugin"
+    assert match, "docs/guide/plugins.md lost its example plugin"
     return match.group(1)
 
 
