@@ -34,7 +34,7 @@ _TASKS: dict[str, tuple[str, str, str | None]] = {
     "digits": ("trainers.tasks.digits", "build", "generated_bytes"),
     "vqa-files": ("trainers.tasks.vqa_files", "build", None),
     "coco-files": ("trainers.tasks.coco_files", "build", None),
-    "image-folder": ("trainers.tasks.images", "build_image_folder", None),
+    "image-folder": ("trainers.tasks.image_folder", "build", None),
     "cifar": ("trainers.tasks.images", "build_cifar", None),
 }
 
