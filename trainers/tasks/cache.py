@@ -13,9 +13,9 @@ torch and timm keep theirs under ``~/.cache``). One folder per task and options,
 
 Never trusted blindly: before use the manifest must name this store's and the task's version
 and the same options; every source (the files and folders the parse read) must have the size,
-modification time and inode it had, and must not have been modified within 50 ms before that
-was read (file times tick every few milliseconds: a change in the same tick would look the
-same); every array file must exist and be as long as it was written, and hold the dtype and
+modification time and inode it had when the build read it (taken once the source was 50 ms
+unmodified: file times tick every few milliseconds, and a change in the same tick would look
+the same); every array file must exist and be as long as it was written, and hold the dtype and
 shape written. Otherwise (an older version, a changed source, a truncated file) the folder is
 built again. Concurrent first users build it once: an exclusive ``flock`` on
 ``<folder>.lock``, a second look (another process may have built it meanwhile), then the build
@@ -35,7 +35,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
@@ -43,16 +43,16 @@ from typing import Any, overload
 import numpy as np
 
 __all__ = ["CACHE_ENV", "STORE_VERSION", "Built", "Prepared", "StringArray", "cache_root",
-           "check_prepared", "encode_strings", "open_or_build", "source_stat"]
+           "check_prepared", "encode_strings", "open_or_build", "settled_stat", "source_stat"]
 
 CACHE_ENV = "NAS_DATA_CACHE"
 #: The layout of a prepared folder (the manifest's keys, how arrays are written). A task's own
 #: ``version`` (what its arrays mean) is checked beside it.
 STORE_VERSION = 1
 _MANIFEST = "manifest.json"
-#: A source modified less than this before its stat was taken is not trusted: file times come
-#: from a clock that ticks every few milliseconds, so a change in the same tick would look
-#: the same (git's "racy clean" entries). The build waits it out where it can.
+#: A build records a source's time only once it is this old: file times come from a clock that
+#: ticks every few milliseconds, so a change in the tick of the recorded time would look the
+#: same (git's "racily clean" entries).
 _SETTLE_NS = 50_000_000
 _LOG = logging.getLogger(__name__)
 
@@ -75,6 +75,18 @@ def source_stat(path: Path) -> list[Any]:
     except OSError:
         return [str(path), None, None, None]
     return [str(path), st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def settled_stat(path: Path) -> list[Any]:
+    """``source_stat(path)``, taken once the path is 50 ms unmodified (a build takes its
+    sources' stats so, before reading them): any later change gets a later time."""
+    while True:
+        now = time.time_ns()
+        row = source_stat(path)
+        age = now - row[2] if row[2] is not None else _SETTLE_NS
+        if not 0 <= age < _SETTLE_NS:  # old enough (or dated in the future: nothing to wait)
+            return row
+        time.sleep((_SETTLE_NS - age) / 1e9)
 
 
 class StringArray(Sequence[str]):
@@ -120,7 +132,8 @@ def encode_strings(name: str, strings: Iterable[str]) -> dict[str, np.ndarray]:
 
 @dataclass(frozen=True)
 class Built:
-    """What a task's parse produced: its arrays, small JSON-able facts (``meta``: sizes, chance),
+    """What a task's parse produced: its arrays, small JSON-able facts (``meta``: the item
+    counts ``train`` and ``val``, which every task writes, the chance level, sizes),
     and the sources it discovered while parsing (``source_stat`` rows taken before reading
     them, e.g. the folders of an image listing), checked on later opens beside those given."""
 
@@ -144,6 +157,10 @@ class Prepared:
         """The :class:`StringArray` written by ``encode_strings(name, ...)``."""
         return StringArray(self.arrays[f"{name}.blob"], self.arrays[f"{name}.offsets"])
 
+    def items(self, split: str) -> int:
+        """The number of items of ``split`` (``train`` or ``val``)."""
+        return int(self.meta[split])
+
     @property
     def nbytes(self) -> int:
         """Bytes of every array."""
@@ -157,20 +174,6 @@ def _folder_name(task: str, key: Mapping[str, Any]) -> str:
 
 def _array_file(name: str) -> str:
     return f"{name}.npy"
-
-
-def _racy(row: Sequence[Any], started_ns: int) -> bool:
-    """Whether a source's time is too close to the stat to tell a change in the same tick."""
-    mtime = row[2]
-    return isinstance(mtime, int) and started_ns - _SETTLE_NS < mtime <= started_ns
-
-
-def _settle(paths: Sequence[Path]) -> None:
-    """Wait until the newest of ``paths`` is ``_SETTLE_NS`` old, so its stat can be trusted."""
-    times = [row[2] for row in map(source_stat, paths) if row[2] is not None]
-    age = time.time_ns() - max(times, default=0)
-    if 0 <= age < _SETTLE_NS:
-        time.sleep((_SETTLE_NS - age) / 1e9)
 
 
 def check_prepared(path: Path, version: int, key: Mapping[str, Any]) -> str | None:
@@ -191,14 +194,13 @@ def check_prepared(path: Path, version: int, key: Mapping[str, Any]) -> str | No
     sources = manifest.get("sources")
     if not isinstance(sources, list) or not all(isinstance(s, list) and s for s in sources):
         return "its manifest is unreadable"
-    started = manifest.get("started_ns")
     for row in sources:
         if source_stat(Path(str(row[0]))) != row:
             return f"its source '{row[0]}' changed"
-        if isinstance(started, int) and _racy(row, started):
-            return f"its source '{row[0]}' was changing while it was read"
     arrays = manifest.get("arrays")
-    if not isinstance(arrays, dict) or not isinstance(manifest.get("meta"), dict):
+    meta = manifest.get("meta")
+    if not isinstance(arrays, dict) or not isinstance(meta, dict) or not all(
+            isinstance(meta.get(s), int) and meta[s] >= 0 for s in ("train", "val")):
         return "its manifest is unreadable"
     for name, spec in arrays.items():
         try:
@@ -229,7 +231,7 @@ def _load(path: Path) -> Prepared:
 
 
 def _write(folder: Path, version: int, key: Mapping[str, Any], sources: Sequence[list[Any]],
-           started_ns: int, built: Built) -> None:
+           built: Built) -> None:
     """Write ``built`` into the new ``folder``: arrays first, each synced, the manifest last."""
     specs = {}
     for name, array in built.arrays.items():
@@ -242,8 +244,7 @@ def _write(folder: Path, version: int, key: Mapping[str, Any], sources: Sequence
         specs[name] = {"dtype": array.dtype.str, "shape": list(array.shape), "bytes": size}
     manifest = {"store_version": STORE_VERSION, "version": version,
                 "key": json.loads(json.dumps(dict(key), default=str)),
-                "sources": [*sources, *built.sources], "started_ns": started_ns,
-                "arrays": specs, "meta": built.meta}
+                "sources": [*sources, *built.sources], "arrays": specs, "meta": built.meta}
     with open(folder / _MANIFEST, "w") as f:
         json.dump(manifest, f)
         f.flush()
@@ -260,13 +261,13 @@ def _in_memory(built: Built) -> Prepared:
 
 
 def _publish(root: Path, folder: Path, version: int, key: Mapping[str, Any],
-             stats: Sequence[list[Any]], started_ns: int, built: Built, task: str) -> Prepared:
+             stats: Sequence[list[Any]], built: Built, task: str) -> Prepared:
     """Write ``built`` beside ``folder`` and rename it into place (the caller holds the lock).
     Where the disk refuses (it is full, say), the arrays stay in this process's memory."""
     work: Path | None = None
     try:
         work = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=root))
-        _write(work, version, key, stats, started_ns, built)
+        _write(work, version, key, stats, built)
         if folder.exists():  # an invalid one: move it aside (readers may still map it)
             aside = root / f".{folder.name}.old-{os.getpid()}"
             folder.rename(aside)
@@ -284,38 +285,83 @@ def _publish(root: Path, folder: Path, version: int, key: Mapping[str, Any],
     return Prepared(prepared.path, prepared.arrays, prepared.meta, built=True)
 
 
+class _Unwritable(Exception):
+    """The cache folder cannot be made, or a lock file in it opened."""
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[Callable[[], None]]:
+    """Hold an exclusive ``flock`` on the file ``path`` (made, with its folder, if missing);
+    yields a function that removes the file before the lock is released (a failed first build
+    leaves nothing behind). A file removed while this waited is opened again, so two processes
+    never hold locks on two files of the same name. Raises ``_Unwritable`` where the file
+    cannot be opened."""
+    while True:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            f = open(path, "a")  # noqa: SIM115 (closed below)
+        except OSError as exc:
+            raise _Unwritable(f"{type(exc).__name__}: {exc}") from None
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # released on close, or by the kernel
+            if os.path.exists(path) and os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:
+                break
+        except BaseException:
+            f.close()
+            raise
+        f.close()  # removed (or replaced) by the process that held it: lock the new one
+    removed: list[bool] = []
+    try:
+        yield lambda: removed.append(True)
+    finally:
+        if removed:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        f.close()
+
+
+def _under_lock(folder: Path, version: int, key: Mapping[str, Any], sources: Sequence[Path],
+                build: Callable[[], Built], task: str, forget: Callable[[], None]) -> Prepared:
+    """The second look, then the build and its publication (the caller holds the lock)."""
+    reason = check_prepared(folder, version, key)  # built by another process meanwhile?
+    if reason is None:
+        with contextlib.suppress(OSError, ValueError):
+            return _load(folder)
+        reason = "it could not be mapped"
+    _LOG.info("Preparing %s in '%s' (%s).", task, folder, reason)
+    for stale in folder.parent.glob(f".{folder.name}.*"):  # left by killed builders
+        _remove(stale)
+    stats = [settled_stat(p) for p in sources]
+    try:
+        built = build()
+    except BaseException:
+        if not folder.exists():
+            forget()  # a first build that failed leaves no lock file either
+        raise
+    return _publish(folder.parent, folder, version, key, stats, built, task)
+
+
 def open_or_build(task: str, key: Mapping[str, Any], sources: Sequence[Path],
                   build: Callable[[], Built], *, version: int) -> Prepared:
     """The prepared arrays of ``task`` for ``key`` (its options, the source paths resolved),
     built by ``build`` when the cache holds none that :func:`check_prepared` accepts.
 
-    ``sources`` are the files and folders ``build`` reads; their :func:`source_stat` is taken
+    ``sources`` are the files and folders ``build`` reads; their :func:`settled_stat` is taken
     before it runs (and ``build`` takes those of what it discovers, ``Built.sources``, before
-    reading them). Errors of ``build`` (a malformed file) propagate and leave nothing behind.
+    reading them). Errors of ``build`` (a malformed file) propagate and leave nothing behind;
+    where a source is missing, ``build`` runs without touching the cache (it names the file).
     """
     root = cache_root()
     folder = root / _folder_name(task, key)
     if check_prepared(folder, version, key) is None:
         with contextlib.suppress(OSError, ValueError):  # replaced meanwhile: look again below
             return _load(folder)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        lock = open(folder.with_name(folder.name + ".lock"), "a")  # noqa: SIM115 (held below)
-    except OSError as exc:
-        _LOG.warning("Cannot write the data cache '%s' (%s: %s); building %s in memory. Set "
-                     "%s to a writable folder.", root, type(exc).__name__, exc, task, CACHE_ENV)
+    if any(source_stat(p)[1] is None for p in sources):
         return _in_memory(build())
-    with lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # released on close, or by the kernel
-        reason = check_prepared(folder, version, key)  # built by another process meanwhile?
-        if reason is None:
-            with contextlib.suppress(OSError, ValueError):
-                return _load(folder)
-            reason = "it could not be mapped"
-        _LOG.info("Preparing %s in '%s' (%s).", task, folder, reason)
-        for stale in root.glob(f".{folder.name}.*"):  # left by killed builders
-            _remove(stale)
-        _settle(sources)
-        started_ns = time.time_ns()  # before every stat: no source time after it is trusted
-        stats = [source_stat(p) for p in sources]
-        return _publish(root, folder, version, key, stats, started_ns, build(), task)
+    try:
+        with _locked(folder.with_name(folder.name + ".lock")) as forget:
+            return _under_lock(folder, version, key, sources, build, task, forget)
+    except _Unwritable as exc:
+        _LOG.warning("Cannot write the data cache '%s' (%s); building %s in memory. Set %s to "
+                     "a writable folder.", root, exc, task, CACHE_ENV)
+        return _in_memory(build())

@@ -39,7 +39,7 @@ from trainers.tasks.cache import (
     StringArray,
     encode_strings,
     open_or_build,
-    source_stat,
+    settled_stat,
 )
 from trainers.tasks.data import Item, TaskData, TaskDataset, majority_chance
 
@@ -53,12 +53,12 @@ _SPLITS = ("train", "val")
 
 def _walk(folder: Path, sources: list[list[Any]]) -> list[tuple[str, list[str]]]:
     """``os.walk(folder, followlinks=True)``'s folders and their file names, each folder's
-    ``source_stat`` taken before it is listed."""
+    ``settled_stat`` taken before it is listed."""
     found = []
     pending = [str(folder)]
     while pending:
         top = pending.pop()
-        sources.append(source_stat(Path(top)))
+        sources.append(settled_stat(Path(top)))
         files: list[str] = []
         subfolders: list[str] = []
         try:
@@ -76,7 +76,7 @@ def _listing(split: Path, sources: list[list[Any]]) -> tuple[list[str], list[str
     """ImageFolder's classes, images (relative to ``split``) and their class indices."""
     if not split.is_dir():
         raise NasError(f"Image folder '{split}' does not exist.")
-    sources.append(source_stat(split))
+    sources.append(settled_stat(split))
     with os.scandir(split) as entries:
         classes = sorted(e.name for e in entries if e.is_dir())
     names: list[str] = []
