@@ -313,3 +313,49 @@ def test_strings_round_trip(tmp_path: Path, cache: Path) -> None:
     prepared = Prepared(None, arrays, {"train": 0, "val": 0}, built=True)
     assert prepared.strings("s").tolist() == strings and prepared.strings("s")[-1] == "\ud800"
     assert np.asarray(arrays["s.offsets"])[-1] == len(arrays["s.blob"])
+
+
+def test_the_fast_and_the_checked_vqa_readers_agree(vqa_root: Path) -> None:
+    from trainers.tasks import _vqa_read
+
+    paths = (vqa_root / "v2_OpenEnded_mscoco_train2014_questions.json",
+             vqa_root / "v2_mscoco_train2014_annotations.json")
+    fast = _vqa_read._typed(*paths, None)
+    assert fast is not None and fast == _vqa_read._checked(*paths, None)
+    assert _vqa_read._typed(*paths, 2) == _vqa_read._checked(*paths, 2)
+
+
+def _retyped(path: Path, edit: Any) -> None:
+    data = json.loads(path.read_text())
+    edit(data)
+    _write_json(path, data)
+
+
+def test_files_outside_the_typed_layout_load_alike(vqa_root: Path, coco_root: Path,
+                                                  cache: Path) -> None:
+    """Ids written as strings, a numeric answer: the checked reader reads them as before."""
+    vqa = {"root": str(vqa_root), **OPTIONS["vqa-files"]}
+    coco = {"root": str(coco_root), **OPTIONS["coco-files"]}
+    before = [_items(get_task("vqa-files", **vqa)), _items(get_task("coco-files", **coco))]
+
+    def vqa_questions(data: dict[str, Any]) -> None:
+        data["questions"][2]["image_id"] = "25"
+
+    def vqa_answers(data: dict[str, Any]) -> None:
+        data["annotations"][1]["answers"][0]["answer"] = 2  # "2" as a number
+
+    def coco_ids(data: dict[str, Any]) -> None:
+        data["images"][2]["cocoid"] = "3"
+
+    _retyped(vqa_root / "v2_OpenEnded_mscoco_train2014_questions.json", vqa_questions)
+    _retyped(vqa_root / "v2_mscoco_train2014_annotations.json", vqa_answers)
+    _retyped(coco_root / "dataset_coco.json", coco_ids)
+    from trainers.tasks import _vqa_read, coco_files
+
+    assert _vqa_read._typed(vqa_root / "v2_OpenEnded_mscoco_train2014_questions.json",
+                            vqa_root / "v2_mscoco_train2014_annotations.json", None) is None
+    assert all(isinstance(im, coco_files._Image)  # the checked reader's records
+               for im in coco_files._images(coco_root / "dataset_coco.json"))
+    assert prepare_task("vqa-files", **vqa).built and prepare_task("coco-files", **coco).built
+    _same_items(_items(get_task("vqa-files", **vqa)), before[0])
+    _same_items(_items(get_task("coco-files", **coco)), before[1])

@@ -82,9 +82,10 @@ def _listing(split: Path, sources: list[list[Any]]) -> tuple[list[str], list[str
     names: list[str] = []
     targets: list[int] = []
     for index, cls in enumerate(classes):
-        found = [os.path.join(os.path.relpath(top, split), f)
-                 for top, files in sorted(_walk(split / cls, sources))
-                 for f in sorted(files) if f.lower().endswith(IMG_EXTENSIONS)]
+        found: list[str] = []
+        for top, files in sorted(_walk(split / cls, sources)):
+            prefix = os.path.relpath(top, split) + os.sep
+            found += [prefix + f for f in sorted(files) if f.lower().endswith(IMG_EXTENSIONS)]
         if not found:  # ImageFolder refuses a class without images, as it does no class
             classes = []
             break

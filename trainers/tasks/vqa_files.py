@@ -41,14 +41,8 @@ import numpy as np
 
 from nas.errors import NasError
 from nas.tasks import TaskGeometry
-from trainers.tasks._io import (
-    RegionFeatures,
-    feature_files,
-    feature_index,
-    json_records,
-    read_json,
-    resolve,
-)
+from trainers.tasks._io import RegionFeatures, feature_files, feature_index, resolve
+from trainers.tasks._vqa_read import VqaSplit, read_split
 from trainers.tasks.cache import Built, Prepared, encode_strings, open_or_build
 from trainers.tasks.data import SparseScores, TaskData, VqaDataset
 
@@ -78,111 +72,81 @@ def normalize_answer(answer: str) -> str:
     return " ".join(words)
 
 
-def _read_split(
-    questions_path: Path, annotations_path: Path, limit: int | None
-) -> tuple[list[dict[str, Any]], dict[int, dict[str, Any]]]:
-    """The split's questions (the first ``limit``) and their annotations by question id."""
-    questions = json_records(read_json(questions_path, "VQA questions file"), "questions",
-                             questions_path, "VQA questions file",
-                             ("image_id", "question", "question_id"))[:limit]
-    if not questions:
-        raise NasError(f"VQA questions file '{questions_path}' holds no questions.")
-    annotations = json_records(read_json(annotations_path, "VQA annotations file"),
-                               "annotations", annotations_path, "VQA annotations file",
-                               ("question_id", "answers"))
-    by_id = {a["question_id"]: a for a in annotations}
-    for q in questions:
-        if not isinstance(q["image_id"], int) and not str(q["image_id"]).isdigit():
-            raise NasError(f"VQA questions file '{questions_path}': image_id "
-                           f"{q['image_id']!r} of question {q['question_id']} is not a number.")
-        if q["question_id"] not in by_id:
-            raise NasError(
-                f"VQA annotations file '{annotations_path}' has no entry for question "
-                f"{q['question_id']} of '{questions_path}'."
-            )
-    return questions, by_id
+class _Normalized(dict[str, str]):
+    """``normalize_answer`` of each answer, computed once: VQA's 10 answers a question repeat
+    a lot (``self[answer]``)."""
+
+    def __missing__(self, answer: str) -> str:
+        normal = self[answer] = normalize_answer(answer)
+        return normal
 
 
-class _Normalizer:
-    """``normalize_answer`` with a memory: VQA's 10 answers per question repeat a lot."""
-
-    def __init__(self) -> None:
-        self.seen: dict[str, str] = {}
-
-    def __call__(self, answer: object) -> str:
-        text = str(answer)
-        found = self.seen.get(text)
-        if found is None:
-            found = self.seen[text] = normalize_answer(text)
-        return found
-
-
-def _answers(annotation: dict[str, Any], norm: _Normalizer) -> list[str]:
-    return [norm(a["answer"]) for a in annotation["answers"]
-            if isinstance(a, dict) and "answer" in a]
-
-
-def _main_answer(annotation: dict[str, Any], norm: _Normalizer) -> str:
-    if "multiple_choice_answer" in annotation:
-        return norm(annotation["multiple_choice_answer"])
-    answers = Counter(_answers(annotation, norm))
-    return min(answers, key=lambda a: (-answers[a], a)) if answers else ""
+def _main_answer(entry: tuple[str | None, list[str]], norm: _Normalized) -> str:
+    main, given = entry
+    if main is not None:
+        return norm[main]
+    votes = Counter(map(norm.__getitem__, given))
+    return min(votes, key=lambda a: (-votes[a], a)) if votes else ""
 
 
 def _split_arrays(
-    split: str, questions: list[dict[str, Any]], annotations: dict[int, dict[str, Any]],
-    features: Path, q_path: Path, word_id: dict[str, int], answer_id: dict[str, int],
-    max_tokens: int, norm: _Normalizer,
+    split: str, data: VqaSplit, features: Path, q_path: Path, word_id: dict[str, int],
+    answer_id: dict[str, int], max_tokens: int, norm: _Normalized,
 ) -> dict[str, np.ndarray]:
     """One split's arrays: token ids, sparse answer scores, each question's feature file."""
-    tokens = np.zeros((len(questions), max_tokens), dtype=np.int32)
-    pairs = []
-    for i, q in enumerate(questions):
-        ids = [word_id.get(w, 1) for w in tokenize_question(str(q["question"]))][:max_tokens]
-        tokens[i, : len(ids)] = ids
-        votes = Counter(_answers(annotations[q["question_id"]], norm))
-        pairs.append([(answer_id[a], min(1.0, n / 3)) for a, n in votes.items()
-                      if a in answer_id])
-    scores = SparseScores.from_pairs(pairs)
-    names, image = feature_index(feature_files(features),
-                                 (int(q["image_id"]) for q in questions), features, q_path)
-    return {f"{split}.questions": tokens, f"{split}.answer_offsets": scores.offsets,
-            f"{split}.answer_ids": scores.answers, f"{split}.answer_scores": scores.scores,
+    lengths, ids = [], []
+    counts, answers, scores = [], [], []
+    for text, qid in zip(data.texts, data.question_ids, strict=True):
+        words = [word_id.get(w, 1) for w in tokenize_question(text)][:max_tokens]
+        lengths.append(len(words))
+        ids += words
+        votes = Counter(map(norm.__getitem__, data.answers[qid][1]))
+        kept = [(answer_id[a], n) for a, n in votes.items() if a in answer_id]
+        counts.append(len(kept))
+        answers += [a for a, _ in kept]
+        scores += [min(1.0, n / 3) for _, n in kept]
+    tokens = np.zeros((len(lengths), max_tokens), dtype=np.int32)
+    tokens[np.arange(max_tokens) < np.asarray(lengths)[:, None]] = ids  # row by row, in order
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    names, image = feature_index(feature_files(features), data.image_ids, features, q_path)
+    return {f"{split}.questions": tokens, f"{split}.answer_offsets": offsets,
+            f"{split}.answer_ids": np.asarray(answers, dtype=np.int32),
+            f"{split}.answer_scores": np.asarray(scores, dtype=np.float32),
             f"{split}.image": image, **encode_strings(f"{split}.features", names)}
 
 
 def _parse(paths: Mapping[str, Path], max_tokens: int, min_count: int, train_size: int | None,
            val_size: int | None) -> Built:
     """Read the JSON files and feature folders into the task's arrays."""
-    norm = _Normalizer()
-    train_q, train_a = _read_split(paths["train_questions"], paths["train_annotations"],
-                                   train_size)
-    val_q, val_a = _read_split(paths["val_questions"], paths["val_annotations"], val_size)
+    norm = _Normalized()
+    train_data = read_split(paths["train_questions"], paths["train_annotations"], train_size)
+    val_data = read_split(paths["val_questions"], paths["val_annotations"], val_size)
 
-    main = Counter(_main_answer(train_a[q["question_id"]], norm) for q in train_q)
+    main = Counter(_main_answer(train_data.answers[q], norm) for q in train_data.question_ids)
     answers = [a for a in sorted(main, key=lambda a: (-main[a], a)) if main[a] >= min_count]
     if not answers:
         raise NasError(f"No answer of '{paths['train_annotations']}' occurs "
                        f"min_count={min_count} times; lower min_count.")
     words: Counter[str] = Counter()
-    for q in train_q:
-        words.update(tokenize_question(str(q["question"])))
+    for text in train_data.texts:
+        words.update(tokenize_question(text))
     vocab = sorted(words, key=lambda w: (-words[w], w))
     word_id = {w: i + 2 for i, w in enumerate(vocab)}
     answer_id = {a: i for i, a in enumerate(answers)}
 
     arrays = {**encode_strings("words", vocab), **encode_strings("answers", answers)}
-    for split, questions, by_id in (("train", train_q, train_a), ("val", val_q, val_a)):
-        arrays.update(_split_arrays(
-            split, questions, by_id, paths[f"{split}_features"], paths[f"{split}_questions"],
-            word_id, answer_id, max_tokens, norm))
+    for split, data in (("train", train_data), ("val", val_data)):
+        arrays.update(_split_arrays(split, data, paths[f"{split}_features"],
+                                    paths[f"{split}_questions"], word_id, answer_id, max_tokens,
+                                    norm))
     train, val = (SparseScores(arrays[f"{s}.answer_offsets"], arrays[f"{s}.answer_ids"],
                                arrays[f"{s}.answer_scores"]) for s in _SPLITS)
     labels = train.labels()
     chance = (val.total(int(np.bincount(labels).argmax())) / len(val)
               if len(labels) and len(val) else 0.0)
     return Built(arrays, {"num_answers": len(answers), "question_vocab": len(vocab) + 2,
-                          "chance": chance, "train": len(train_q), "val": len(val_q)})
+                          "chance": chance, "train": len(train), "val": len(val)})
 
 
 def _paths(options: Mapping[str, Any]) -> dict[str, Path]:
