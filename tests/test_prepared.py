@@ -359,3 +359,24 @@ def test_files_outside_the_typed_layout_load_alike(vqa_root: Path, coco_root: Pa
     assert prepare_task("vqa-files", **vqa).built and prepare_task("coco-files", **coco).built
     _same_items(_items(get_task("vqa-files", **vqa)), before[0])
     _same_items(_items(get_task("coco-files", **coco)), before[1])
+
+
+@pytest.mark.parametrize("task", ["vqa-files", "coco-files"])
+def test_loader_workers_train_what_the_loop_alone_trains(task: str, roots: dict[str, Path],
+                                                         cache: Path) -> None:
+    """``loader_workers`` forks processes that read the prepared task's memory maps and
+    feature files; a VQA run is the same to the last digit, a caption run (whose training
+    caption is drawn per item) stays a seeded, finished run."""
+    from tiny_models import fast, tiny
+
+    from trainers import train
+
+    config = tiny("mcan" if task == "vqa-files" else "ort-word")
+    data = get_task(task, root=str(roots[task]), **OPTIONS[task])
+    runs = [train(config, fast(epochs=2, batch_size=2, loader_workers=workers), data)
+            for workers in (0, 2, 2)]
+    assert all(r.status == "completed" for r in runs), [r.reason for r in runs]
+    losses = [[e["train_loss"] for e in r.epochs] for r in runs]
+    assert losses[1] == losses[2]  # seeded with workers too
+    if task == "vqa-files":
+        assert losses[0] == losses[1] and runs[0].value == runs[1].value
