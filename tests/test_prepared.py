@@ -100,7 +100,8 @@ def _largest_array(folder: Path) -> Path:
 
 
 @pytest.mark.parametrize("breakage", ["version", "store version", "options", "changed source",
-                                      "truncated array", "missing array", "unreadable manifest"])
+                                      "truncated array", "missing array", "unreadable manifest",
+                                      "a file outside"])
 def test_a_prepared_folder_is_checked_before_use(breakage: str, vqa_root: Path, cache: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     options = {"root": str(vqa_root), **OPTIONS["vqa-files"]}
@@ -111,11 +112,13 @@ def test_a_prepared_folder_is_checked_before_use(breakage: str, vqa_root: Path, 
     manifest = json.loads(manifest_path.read_text())
     if breakage == "version":
         monkeypatch.setattr(vqa_files, "VERSION", vqa_files.VERSION + 1)
-    elif breakage in ("store version", "options"):
+    elif breakage in ("store version", "options", "a file outside"):
         if breakage == "store version":
             manifest["store_version"] += 1
-        else:
+        elif breakage == "options":
             manifest["key"]["min_count"] = 2  # as if another option set had written here
+        else:  # an array named by a path: never opened
+            manifest["arrays"]["../../outside"] = manifest["arrays"].pop("words.blob")
         manifest_path.write_text(json.dumps(manifest))
     elif breakage == "changed source":
         path = vqa_root / "v2_OpenEnded_mscoco_train2014_questions.json"

@@ -33,6 +33,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -56,6 +57,7 @@ _MANIFEST = "manifest.json"
 #: same (git's "racily clean" entries).
 _SETTLE_NS = 50_000_000
 _LOG = logging.getLogger(__name__)
+_ARRAY_NAME = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
 
 
 def cache_root() -> Path:
@@ -210,6 +212,8 @@ def check_prepared(path: Path, version: int, key: Mapping[str, Any]) -> str | No
             isinstance(meta.get(s), int) and meta[s] >= 0 for s in ("train", "val")):
         return "its manifest is unreadable"
     for name, spec in arrays.items():
+        if not _ARRAY_NAME.fullmatch(str(name)):  # a file of this folder, nothing else
+            return "its manifest is unreadable"
         try:
             expected = int(spec["bytes"])
             size = (path / _array_file(str(name))).stat().st_size
@@ -274,6 +278,7 @@ def _publish(root: Path, folder: Path, version: int, key: Mapping[str, Any],
     work: Path | None = None
     try:
         work = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=root))
+        os.chmod(work, 0o755)  # readable as a folder made by mkdir is (mkdtemp's is private)
         _write(work, version, key, stats, built)
         if folder.exists():  # an invalid one: move it aside (readers may still map it)
             aside = root / f".{folder.name}.old-{os.getpid()}"
