@@ -21,6 +21,7 @@ real datasets' and the JSON files about as large as theirs:
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -59,11 +60,16 @@ def _words(rng: np.random.Generator, n: int) -> list[str]:
     return list(out)
 
 
+@functools.cache
+def _zipf_cdf(n: int, exponent: float) -> np.ndarray:
+    p = 1.0 / np.arange(1, n + 1) ** exponent
+    return np.cumsum(p / p.sum())
+
+
 def _zipf(rng: np.random.Generator, n: int, size: int | tuple[int, ...],
           exponent: float = 1.1) -> np.ndarray:
     """Ranks ``0 .. n-1`` drawn with probability proportional to ``1 / (rank + 1)**exponent``."""
-    p = 1.0 / np.arange(1, n + 1) ** exponent
-    return np.searchsorted(np.cumsum(p / p.sum()), rng.random(size)).clip(max=n - 1)
+    return np.searchsorted(_zipf_cdf(n, exponent), rng.random(size)).clip(max=n - 1)
 
 
 def _feature_bytes(regions: int, dim: int, rng: np.random.Generator) -> bytes:
