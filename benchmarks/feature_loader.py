@@ -9,7 +9,8 @@ uncompressed ``.npz``, 0.08 - 0.8 MB each; 5 questions an image) is loaded as a 
 loads it: a shuffled ``DataLoader`` of ``--batch`` items (a proxy's batch: the constant
 schedule's 16), collated. Printed, in one run:
 
-- the loader's samples/s with each ``--workers`` count, with the feature files in the page
+- the loader's samples/s with each ``--workers`` count (the training setting
+  ``loader_workers``), with the feature files in the page
   cache (hot: a node's later epochs) and evicted from it (cold, ``posix_fadvise``: a first
   epoch, or a split larger than the node's memory), each after one batch of warm-up;
 - the model's consumption: samples/s of training steps (forward, backward, AdamW step) on
@@ -18,7 +19,9 @@ schedule's 16), collated. Printed, in one run:
   with ``--threads`` torch threads each.
 
 The loader keeps up where its rate is above the model's. Timings on a shared machine move with
-its load; the figures of one run are measured side by side.
+its load: each figure is also given per CPU second of the measuring process (blind to time spent
+waiting for a core; for the loader, without workers only), which a loaded machine leaves
+nearly as an idle one would measure it.
 """
 
 from __future__ import annotations
@@ -81,22 +84,24 @@ def evict(folder: Path) -> None:
             os.close(fd)
 
 
-def loader_rate(data: TaskData, batch: int, batches: int, workers: int) -> float:
-    """Samples per second a shuffled DataLoader delivers, after one batch of warm-up."""
+def loader_rate(data: TaskData, batch: int, batches: int, workers: int) -> tuple[float, float]:
+    """Samples per second a shuffled DataLoader delivers, after one batch of warm-up, and per
+    CPU second of this process (the loading itself where ``workers`` is 0)."""
     loader = DataLoader(data.train, batch_size=batch, shuffle=True, num_workers=workers,
                         collate_fn=partial(collate, "vqa"),
                         generator=torch.Generator().manual_seed(0))
     it = iter(loader)
     next(it)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(batches):
         next(it)
-    return batches * batch / (time.perf_counter() - start)
+    return (batches * batch / (time.perf_counter() - start),
+            batches * batch / (time.process_time() - cpu))
 
 
 def model_rate(preset: str, geometry: TaskGeometry, batch: int, steps: int,
-               smoke: bool) -> float:
-    """Samples per second of training steps on ready batches."""
+               smoke: bool) -> tuple[float, float]:
+    """Samples per second of training steps on ready batches, and per CPU second."""
     from nas.models import create_model
     from trainers.loop import _input_names, _loss
 
@@ -121,10 +126,11 @@ def model_rate(preset: str, geometry: TaskGeometry, batch: int, steps: int,
         optimizer.step()
 
     step()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(steps):
         step()
-    return steps * batch / (time.perf_counter() - start)
+    return (steps * batch / (time.perf_counter() - start),
+            steps * batch / (time.process_time() - cpu))
 
 
 def main() -> None:
@@ -146,22 +152,24 @@ def main() -> None:
         print(f"{args.images} feature files, {size / 2**20:.0f} MB; batches of {args.batch}, "
               f"{args.batches} batches a figure; {os.cpu_count()} CPUs, {args.threads} torch "
               "thread(s)")
-        print(f"{'loader':<40} {'samples/s':>10}")
+        print(f"{'loader':<40} {'samples/s':>10} {'per CPU s':>10}")
         for workers in args.workers:
             for cache in ("cold", "hot"):
                 if cache == "cold":
                     evict(tmp / "vqa" / "feats")
                 else:
                     loader_rate(data, args.batch, args.batches, workers)  # pages read in
-                rate = loader_rate(data, args.batch, args.batches, workers)
-                print(f"  {workers} workers, page cache {cache:<4}{'':<16} {rate:>10.0f}")
+                rate, per_cpu = loader_rate(data, args.batch, args.batches, workers)
+                own = f"{per_cpu:>10.0f}" if not workers else f"{'':>10}"
+                print(f"  {workers} workers, page cache {cache:<4}{'':<16} {rate:>10.0f} {own}")
         geometry = TaskGeometry("vqa-files", "vqa", 3129, question_tokens=14,
                                 question_vocab=14_000, regions=REGIONS, region_dim=DIM)
-        print(f"{'model (training steps)':<40} {'samples/s':>10}")
+        print(f"{'model (training steps)':<40} {'samples/s':>10} {'per CPU s':>10}")
         for smoke in (True, False):
-            rate = model_rate("mcan-small", geometry, args.batch, 5 if not smoke else 20, smoke)
+            rate, per_cpu = model_rate("mcan-small", geometry, args.batch,
+                                       5 if not smoke else 20, smoke)
             label = "mcan-small at smoke scale" if smoke else "mcan-small (paper scale)"
-            print(f"  {label:<38} {rate:>10.0f}")
+            print(f"  {label:<38} {rate:>10.1f} {per_cpu:>10.1f}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
