@@ -14,11 +14,12 @@ kept configuration is trained twice with the engine's trial settings
 (``studies._trials.base_settings``: the task's quick defaults, the study's ``train``, its epochs
 and seed, then the space's overrides): once at the proxy fidelity, once at the full one. Printed:
 each pair, Kendall's tau-b and Spearman's rho between proxy and full score
-(``studies.fidelity.rank_agreement``), the number of pairs and of distinct full scores, the
-seconds of each phase (wall, and the trainings' own sum), and both settings. The proxy trains
-with seed 0; ``--full-seeds N`` (below) trains each full configuration with N seeds, whose
-spread (max - min) against the median gap between neighbouring full scores says whether the
-full ranking is above the seed noise.
+(``studies.fidelity.rank_agreement``), the same for the ranking by parameters alone and by
+MAdds alone against the same full score (the free baseline a proxy must beat), the number of
+pairs and of distinct full scores, the seconds of each phase (wall, and the trainings' own
+sum), and both settings. The proxy trains with seed 0; ``--full-seeds N`` (below) trains each
+full configuration with N seeds, whose spread (max - min) against the median gap between
+neighbouring full scores says whether the full ranking is above the seed noise.
 
 The tasks (``SETUPS``):
 
@@ -229,27 +230,27 @@ class Runner:
 
 
 def draw(setup: Setup, pairs: int, seed: int) -> list[tuple[dict[str, Any], dict[str, Any],
-                                                            int]]:
+                                                            int, int]]:
     """``pairs`` configurations the task's study could train: (architecture, the space's
-    training overrides, params), drawn at random and kept when within ``params_max``."""
+    training overrides, params, MAdds), drawn at random and kept when within ``params_max``."""
     space = load_space(setup.space)
     smoke = setup.spec(full=False).smoke
     geometry = get_task(setup.task).geometry
     sampler = optuna.samplers.RandomSampler(seed=seed)
     study = optuna.create_study(sampler=sampler, directions=["maximize"])
-    out: list[tuple[dict[str, Any], dict[str, Any], int]] = []
+    out: list[tuple[dict[str, Any], dict[str, Any], int, int]] = []
     seen: set[str] = set()
     for _ in range(50 * pairs):  # the constraint keeps about half of vqa's draws
         if len(out) == pairs:
             break
         trial = study.ask()
         config, overrides = suggest(space, trial, smoke)
-        params = estimate_cost(config, geometry).params
+        cost = estimate_cost(config, geometry)
         study.tell(trial, 0.0)
-        if params > setup.params_max or config.arch_id in seen:
+        if cost.params > setup.params_max or config.arch_id in seen:
             continue
         seen.add(config.arch_id)
-        out.append((config.to_dict(), overrides, params))
+        out.append((config.to_dict(), overrides, cost.params, cost.madds))
     if len(out) < pairs:
         raise SystemExit(f"error: only {len(out)} of {pairs} draws of space {setup.space!r} "
                          f"meet params <= {setup.params_max:g}")
@@ -296,12 +297,12 @@ def measure(name: str, setup: Setup, args: argparse.Namespace, runner: Runner) -
     # others measure the proxy's own seed noise.
     proxy_jobs = [Job(setup.task, arch, {**base_settings(setup.spec(full=False, seed=seed)),
                                          **over}, options)
-                  for seed in range(args.proxy_seeds) for arch, over, _ in drawn]
+                  for seed in range(args.proxy_seeds) for arch, over, *_ in drawn]
     # Every configuration at full fidelity with seeds 0 .. N-1: the full score is their mean
     # (the seed's noise out of the truth a proxy is judged by), as ``nas promote --seeds``
     # scores a promoted trial.
     full_jobs = [Job(setup.task, arch, {**full_base, **over, "seed": seed}, options)
-                 for seed in range(args.full_seeds) for arch, over, _ in drawn]
+                 for seed in range(args.full_seeds) for arch, over, *_ in drawn]
     proxies, proxy_wall = runner.run(proxy_jobs)
     full, full_wall = runner.run(full_jobs)
     by_seed = [full[k * len(drawn):(k + 1) * len(drawn)] for k in range(args.full_seeds)]
@@ -318,7 +319,7 @@ def measure(name: str, setup: Setup, args: argparse.Namespace, runner: Runner) -
     print(f"  arch id       params      lr  dropout  proxy score  full score"
           f"{' (mean of seeds 0-' + str(args.full_seeds - 1) + ')' if args.full_seeds > 1 else ''}")
     for i in sorted(kept, key=lambda i: -mean[i]):
-        arch, over, params = drawn[i]
+        arch, over, params, _ = drawn[i]
         cfg_id = Job(setup.task, arch, {}).key()[:12]
         drop = over.get("dropout")
         seeds = [s[i]["value"] for s in by_seed]
@@ -333,6 +334,12 @@ def measure(name: str, setup: Setup, args: argparse.Namespace, runner: Runner) -
     print(f"{name}: Kendall tau {_fmt(tau)}, Spearman rho {_fmt(rho)} over {len(kept)} pairs "
           f"({len(set(finals))} distinct full scores, {finals[0]:.4f} - {finals[-1]:.4f}; "
           f"median gap between neighbours {statistics.median(gaps) if gaps else 0:.4f})")
+    truth = [mean[i] for i in kept]  # the cost alone, ranked against the same truth
+    by_params = rank_agreement([float(drawn[i][2]) for i in kept], truth)
+    by_madds = rank_agreement([float(drawn[i][3]) for i in kept], truth)
+    print(f"{name}: the cost alone against the same truth (more is ranked better): parameters "
+          f"tau {_fmt(by_params[0])} (rho {_fmt(by_params[1])}), MAdds tau {_fmt(by_madds[0])} "
+          f"(rho {_fmt(by_madds[1])})")
     if args.full_seeds > 1:  # how far one full seed ranks as another: the truth's own noise
         one = [proxy[i]["value"] for i in kept]
         seed0 = [by_seed[0][i]["value"] for i in kept]
@@ -348,7 +355,6 @@ def measure(name: str, setup: Setup, args: argparse.Namespace, runner: Runner) -
                   f"as the proxy {_fmt(extra[0])} [{_fmt(extra[1])}, {_fmt(extra[2])}] "
                   "(median [5%, 95%])")
     if args.proxy_seeds > 1:  # the proxy's own seed noise
-        truth = [mean[i] for i in kept]
         first = [proxy[i]["value"] for i in kept]
         for k in range(1, args.proxy_seeds):
             other = [proxy_by_seed[k][i]["value"] for i in kept]

@@ -384,11 +384,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(func=_cmd_pareto)
 
-    from nas_cli import dashboard_cmd, export_cmd, promote_cmd
+    from nas_cli import dashboard_cmd, data_cmd, export_cmd, promote_cmd
 
     promote_cmd.register(sub)
     export_cmd.register(sub)
     dashboard_cmd.register(sub)
+    data_cmd.register(sub)
     return parser
 
 

@@ -97,7 +97,7 @@ def drawn_knobs() -> tuple[Knob, ...]:
 
 #: TrainConfig fields a space may not search: the study owns them (fidelity, seed, resources).
 TRAIN_FIXED = ("epochs", "seed", "device", "amp", "max_steps_per_epoch", "eval_batch_size",
-               "max_decode_len")
+               "max_decode_len", "loader_workers")
 
 
 @functools.cache

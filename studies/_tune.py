@@ -268,8 +268,11 @@ def validation_samples(spec: StudySpec) -> int | None:
     if spec.evaluator:
         return None
     from studies.worker import task_data
+    from trainers.tasks import PREPARED_TASKS, prepare_task
 
     try:
+        if spec.task in PREPARED_TASKS:  # its size alone, from the node's prepared data
+            return prepare_task(spec.task, **spec.task_options).items("val")
         return len(task_data(spec.task, spec.task_options).val)
     except (NasError, OSError):
         return None

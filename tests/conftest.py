@@ -41,3 +41,10 @@ def _tune_folders(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Ray Tune's experiment folders of the tests' studies go to a temporary folder, not to
     ``nas_runs/`` in the checkout."""
     os.environ["NAS_RUNS"] = str(tmp_path_factory.mktemp("nas_runs"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _data_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Prepared task data (``trainers.tasks.cache``) goes to a temporary folder, not to
+    ``~/.cache/nas/data``."""
+    os.environ["NAS_DATA_CACHE"] = str(tmp_path_factory.mktemp("nas_data"))

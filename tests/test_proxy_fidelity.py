@@ -123,6 +123,13 @@ def test_the_benchmark_scores_the_proxy_by_seed_0_and_prints_its_noise_and_ceili
     between = rank_agreement(scores(proxy, 1), scores(proxy, 0))[0]
     assert tau is not None and seed1 is not None and between is not None
     assert f"digits: Kendall tau {tau:+.3f}" in out
+    drawn = pf.draw(setup, 4, 0)  # the same draws: their cost alone against the same truth
+    assert [pf.Job(setup.task, arch, {}).key() for arch, *_ in drawn] == order
+    by_params = rank_agreement([float(d[2]) for d in drawn], truth)
+    by_madds = rank_agreement([float(d[3]) for d in drawn], truth)
+    assert by_params[0] is not None and by_madds[0] is not None
+    assert (f"the cost alone against the same truth (more is ranked better): parameters tau "
+            f"{by_params[0]:+.3f} (rho {by_params[1]:+.3f}), MAdds tau {by_madds[0]:+.3f}") in out
     assert (f"digits: proxy seed 1: tau {seed1:+.3f} against the full score, {between:+.3f} "
             "against proxy seed 0") in out
     ceiling = noise_ceiling([[runner.score(j) for j in full

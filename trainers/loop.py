@@ -10,11 +10,13 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
+import multiprocessing
 import random
 import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -60,6 +62,7 @@ TRAIN_LIMITS: dict[str, tuple[float, float]] = {
     "eval_batch_size": (1, 65_536),
     "max_decode_len": (1, 1024),
     "max_steps_per_epoch": (1, 10_000_000),
+    "loader_workers": (0, 64),
     "seed": (0, 2**32 - 1),
     "lr": (0.0, math.inf),  # lr > 0: the lower end is open
     "weight_decay": (0.0, math.inf),
@@ -78,7 +81,13 @@ class TrainConfig:
     """How to train one architecture (the proxy fidelity of a trial).
 
     Numbers must be finite and within ``TRAIN_LIMITS``; ``device`` is ``auto`` (CUDA when
-    present, else CPU), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+    present, else CPU), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``. ``loader_workers`` worker
+    processes read and collate batches while the model trains (a ``DataLoader``'s
+    ``num_workers``; kept across epochs): worth it where reading is slow next to the model, as
+    region features from many ``.npz`` files are next to a GPU (``benchmarks/feature_loader.py``);
+    a trial holding ``resources.cpu`` CPUs has that many minus one to give. Batches are the same
+    as without workers, except a caption task's drawn caption (each worker draws from its own
+    seeded generator).
     """
 
     epochs: int = 5
@@ -97,6 +106,7 @@ class TrainConfig:
     max_steps_per_epoch: int | None = None
     eval_batch_size: int = 256
     max_decode_len: int = 40  # captions: greedy decoding length on validation
+    loader_workers: int = 0  # processes loading batches beside training (0: in the loop)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -332,14 +342,28 @@ def _loss(kind: str, logits: torch.Tensor, batch: dict[str, Any], pad: int | Non
     return F.cross_entropy(logits.float(), batch["label"])
 
 
+def _loader(dataset: Any, batch_size: int, workers: int, collate_fn: Callable[[Any], Any],
+            generator: torch.Generator | None = None) -> DataLoader[Any]:
+    """Batches of ``dataset``: shuffled with ``generator`` when given, in order otherwise;
+    ``workers`` processes load them (forked where the platform can: the datasets of the
+    user's files hold memory maps and closures, which a spawned worker would have to pickle)."""
+    extra: dict[str, Any] = {}
+    if workers:
+        extra = {"num_workers": workers, "persistent_workers": generator is not None}
+        if "fork" in multiprocessing.get_all_start_methods():
+            extra["multiprocessing_context"] = "fork"
+    return DataLoader(dataset, batch_size=batch_size, shuffle=generator is not None,
+                      drop_last=False, generator=generator, collate_fn=collate_fn, **extra)
+
+
 @torch.no_grad()
 def evaluate(model: FamilyModel, data: TaskData, cfg: TrainConfig, device: torch.device,
              tokenizer: RadixTokenizer | WordTokenizer | None) -> dict[str, float]:
     """The task's metric on the validation split (captions: greedy decoding, CIDEr-D, BLEU-4)."""
     model.eval()
     kind = data.geometry.kind
-    loader = DataLoader(data.val, batch_size=cfg.eval_batch_size, shuffle=False,
-                        collate_fn=lambda items: collate(kind, items, tokenizer))
+    loader = _loader(data.val, cfg.eval_batch_size, cfg.loader_workers,
+                     partial(collate, kind, tokenizer=tokenizer))
     total, score = 0, 0.0
     candidates: list[list[str]] = []
     references: list[list[list[str]]] = []
@@ -404,9 +428,8 @@ def train(
     pad = tokenizer.PAD if tokenizer is not None else None
 
     generator = torch.Generator().manual_seed(cfg.seed)
-    loader = DataLoader(data.train, batch_size=cfg.batch_size, shuffle=True, drop_last=False,
-                        generator=generator,
-                        collate_fn=lambda items: collate(kind, items, tokenizer))
+    loader = _loader(data.train, cfg.batch_size, cfg.loader_workers,
+                     partial(collate, kind, tokenizer=tokenizer), generator=generator)
     steps_per_epoch = len(loader) if cfg.max_steps_per_epoch is None else min(
         len(loader), cfg.max_steps_per_epoch)
     total_steps = steps_per_epoch * cfg.epochs

@@ -5,14 +5,24 @@ chance level, caption vocabulary); ``collate`` batches its items for a ``DataLoa
 generated from a seed or shipped with an installed package: ``synthetic-vqa``,
 ``synthetic-captions``, ``digits``. From the user's files: ``vqa-files`` (VQA v2 with
 MCAN/OpenVQA region features), ``coco-files`` (Karpathy-split COCO captions with region
-features), ``image-folder`` and ``cifar``. Metrics live in :mod:`trainers.tasks.metrics`.
+features), ``image-folder`` and ``cifar``; the first three are parsed once per node into
+memory-mapped arrays (``prepare_task``, :mod:`trainers.tasks.cache`). Metrics live in
+:mod:`trainers.tasks.metrics`.
 """
 
 from trainers.tasks.collate import Batch, collate
 from trainers.tasks.data import Item, MetricName, TaskData, TaskDataset
-from trainers.tasks.registry import check_task, get_task, list_tasks, task_options
+from trainers.tasks.registry import (
+    PREPARED_TASKS,
+    check_task,
+    get_task,
+    list_tasks,
+    prepare_task,
+    task_options,
+)
 
 __all__ = [
+    "PREPARED_TASKS",
     "Batch",
     "Item",
     "MetricName",
@@ -22,5 +32,6 @@ __all__ = [
     "collate",
     "get_task",
     "list_tasks",
+    "prepare_task",
     "task_options",
 ]

@@ -7,9 +7,10 @@ raises :class:`~nas.errors.NasError` with one line that names the file.
 from __future__ import annotations
 
 import json
+import os
 import re
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ import torch
 
 from nas.errors import NasError
 
-__all__ = ["RegionFeatures", "json_records", "read_json", "resolve"]
+__all__ = ["RegionFeatures", "feature_files", "feature_index", "json_records", "read_json",
+           "resolve"]
 
 
 def resolve(root: str | Path | None, path: str | Path) -> Path:
@@ -59,8 +61,43 @@ def json_records(data: Any, key: str, path: Path, what: str, fields: Iterable[st
 _IMAGE_ID = re.compile(r"(\d+)(?:\.(?:jpg|jpeg|png))?\.npz$", re.IGNORECASE)
 
 
+def feature_files(directory: Path) -> dict[int, str]:
+    """The ``.npz`` files of a region feature directory by image id (see :class:`RegionFeatures`
+    for the names accepted)."""
+    if not directory.is_dir():
+        raise NasError(f"Region feature directory '{directory}' does not exist.")
+    files: dict[int, str] = {}
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            match = _IMAGE_ID.search(entry.name)
+            if match:
+                files[int(match.group(1))] = entry.name
+    return files
+
+
+def feature_index(files: Mapping[int, str], image_ids: Iterable[int], directory: Path,
+                  needed_by: Path) -> tuple[list[str], np.ndarray]:
+    """The file names the images need (each once, in first use order) and each image's index
+    into them; raises naming the first image without a file."""
+    names: list[str] = []
+    where: dict[int, int] = {}
+    index = []
+    for image_id in image_ids:
+        if image_id not in where:
+            if image_id not in files:
+                raise NasError(
+                    f"Region feature directory '{directory}' has no file for image "
+                    f"{image_id} (listed in '{needed_by}')."
+                )
+            where[image_id] = len(names)
+            names.append(files[image_id])
+        index.append(where[image_id])
+    return names, np.asarray(index, dtype=np.int32)
+
+
 class RegionFeatures:
-    """A directory of per-image region features: one ``.npz`` per image, named by its id.
+    """Region features of images, one ``.npz`` per image in ``directory``, by index into
+    ``names`` (a list, or a memory-mapped ``StringArray``).
 
     A file is named ``<image_id>.npz`` or after its image (``COCO_train2014_000000000009.jpg.npz``):
     the digits before the extension are the id. It holds ``x``, the features, (R, D) or, as
@@ -70,31 +107,20 @@ class RegionFeatures:
     to [0, 1]. The first ``max_regions`` regions are kept; fewer are padded with zero rows.
     """
 
-    def __init__(self, directory: Path, *, region_dim: int, max_regions: int) -> None:
-        if not directory.is_dir():
-            raise NasError(f"Region feature directory '{directory}' does not exist.")
-        self.directory, self.region_dim, self.max_regions = directory, region_dim, max_regions
-        self._paths: dict[int, Path] = {}
-        for p in directory.iterdir():
-            match = _IMAGE_ID.search(p.name)
-            if match:
-                self._paths[int(match.group(1))] = p
+    def __init__(self, directory: Path, names: Sequence[str], *, region_dim: int,
+                 max_regions: int) -> None:
+        self.directory, self.names = directory, names
+        self.region_dim, self.max_regions = region_dim, max_regions
 
-    def require(self, image_ids: Iterable[int], needed_by: Path) -> None:
-        """Raise if any image lacks a feature file; load the first to check its size."""
-        ids = list(image_ids)
-        for image_id in ids:
-            if image_id not in self._paths:
-                raise NasError(
-                    f"Region feature directory '{self.directory}' has no file for image "
-                    f"{image_id} (listed in '{needed_by}')."
-                )
-        if ids:
-            self.load(ids[0])
+    def check_first(self) -> None:
+        """Load the first file, so a wrong ``region_dim`` or an unreadable file is found now."""
+        if len(self.names):
+            self.load(0)
 
-    def load(self, image_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Regions (max_regions, region_dim) and normalised boxes (max_regions, 4) of an image."""
-        path = self._paths[image_id]
+    def load(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Regions (max_regions, region_dim) and normalised boxes (max_regions, 4) of the image
+        of ``names[index]``."""
+        path = self.directory / self.names[index]
         try:
             with np.load(path, allow_pickle=False) as f:
                 x, bbox = np.asarray(f["x"], np.float32), np.asarray(f["bbox"], np.float32)

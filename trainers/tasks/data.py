@@ -17,8 +17,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from itertools import pairwise
+from typing import Any, Literal, overload
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset
 
@@ -27,8 +29,10 @@ from trainers.tasks.metrics import cider_d
 
 __all__ = [
     "CaptionDataset",
+    "EncodedCaptions",
     "Item",
     "MetricName",
+    "SparseScores",
     "TaskData",
     "TaskDataset",
     "TensorDataset",
@@ -96,18 +100,66 @@ class TensorDataset(TaskDataset):
         return {name: t[index] for name, t in self._tensors.items()}
 
 
+@dataclass(frozen=True)
+class SparseScores:
+    """Soft answer scores of N questions in compressed rows: question ``i``'s answers are
+    ``answers[offsets[i]:offsets[i + 1]]`` with their ``scores`` (numpy arrays, possibly
+    memory-mapped from the prepared data)."""
+
+    offsets: np.ndarray  # (N + 1,) int64, from 0 to nnz
+    answers: np.ndarray  # (nnz,) answer indices
+    scores: np.ndarray  # (nnz,) float
+
+    @classmethod
+    def from_pairs(cls, pairs: Sequence[Sequence[tuple[int, float]]]) -> SparseScores:
+        """From each question's ``(answer index, score)`` pairs."""
+        offsets = np.zeros(len(pairs) + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in pairs], out=offsets[1:])
+        flat = [pair for row in pairs for pair in row]
+        answers = np.fromiter((a for a, _ in flat), dtype=np.int32, count=len(flat))
+        scores = np.fromiter((s for _, s in flat), dtype=np.float32, count=len(flat))
+        return cls(offsets, answers, scores)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def row(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Question ``index``'s answer indices and scores."""
+        start, end = int(self.offsets[index]), int(self.offsets[index + 1])
+        return self.answers[start:end], self.scores[start:end]
+
+    def labels(self) -> np.ndarray:
+        """Each question's best answer (N,): the highest score, ties to the lowest index; 0
+        for a question without one."""
+        counts = np.diff(np.asarray(self.offsets))
+        rows = np.repeat(np.arange(len(self)), counts)
+        answers, scores = np.asarray(self.answers), np.asarray(self.scores)
+        order = np.lexsort((answers, -scores, rows))  # by row, score down, index up
+        first = np.asarray(self.offsets[:-1])[counts > 0]  # each row's first place in `order`
+        best = np.zeros(len(self), dtype=np.int64)
+        best[counts > 0] = answers[order[first]]
+        return best
+
+    def total(self, answer: int) -> float:
+        """The sum of ``answer``'s scores over all questions."""
+        answers, scores = np.asarray(self.answers), np.asarray(self.scores, dtype=np.float64)
+        return float(scores[answers == answer].sum())
+
+
 class VqaDataset(TaskDataset):
     """Questions about images: token ids, sparse soft answer scores and the image's regions.
 
-    ``answers[i]`` holds question ``i``'s ``(answer index, score)`` pairs (answers outside the
-    vocabulary left out); ``image[i]`` indexes ``regions``, so features are loaded per access.
+    ``answers`` holds each question's ``(answer index, score)`` pairs (answers outside the
+    vocabulary left out), as lists or as :class:`SparseScores`; ``image[i]`` is what
+    ``regions`` loads question ``i``'s features from, per access. ``questions`` (N, Lq) may be a
+    numpy array (memory-mapped, any integer type): an item's ``question`` is a long tensor.
     """
 
     def __init__(
         self,
-        questions: torch.Tensor,
-        answers: Sequence[Sequence[tuple[int, float]]],
-        image: Sequence[int],
+        questions: torch.Tensor | np.ndarray,
+        answers: Sequence[Sequence[tuple[int, float]]] | SparseScores,
+        image: Sequence[int] | np.ndarray,
         regions: RegionLoader,
         num_answers: int,
     ) -> None:
@@ -116,6 +168,8 @@ class VqaDataset(TaskDataset):
                 f"`len(questions) == len(answers) == len(image)` must hold, but got "
                 f"{len(questions)}, {len(answers)}, {len(image)}."
             )
+        if not isinstance(answers, SparseScores):
+            answers = SparseScores.from_pairs(answers)
         self._questions, self._answers, self._image = questions, answers, image
         self._regions, self._num_answers = regions, num_answers
 
@@ -123,28 +177,72 @@ class VqaDataset(TaskDataset):
         return len(self._questions)
 
     def __getitem__(self, index: int) -> Item:
-        regions, boxes = self._regions(self._image[index])
+        regions, boxes = self._regions(int(self._image[index]))
         scores = torch.zeros(self._num_answers)
-        for answer, score in self._answers[index]:
-            scores[answer] = score
+        answers, values = self._answers.row(index)
+        scores[torch.from_numpy(answers.astype(np.int64))] = torch.from_numpy(
+            values.astype(np.float32))
+        question = self._questions[index]
+        if isinstance(question, np.ndarray):
+            question = torch.from_numpy(question.astype(np.int64))
         return {
-            "question": self._questions[index],
+            "question": question,
             "regions": regions,
             "boxes": boxes,
             "answer_scores": scores,
             "answer": scores.argmax(),
         }
 
+    @property
+    def answers(self) -> SparseScores:
+        """Every question's answer scores (no features loaded)."""
+        return self._answers
+
     def labels(self) -> torch.Tensor:
         """Every item's ``answer`` (N,), read from the targets alone (no features loaded)."""
-        best = [max(pairs, key=lambda p: (p[1], -p[0]))[0] if pairs else 0
-                for pairs in self._answers]
-        return torch.tensor(best, dtype=torch.long)
+        return torch.from_numpy(self._answers.labels())
 
     def mean_score(self, answer: int) -> float:
         """VQA accuracy of answering ``answer`` to every question (a chance level)."""
-        total = sum(score for pairs in self._answers for a, score in pairs if a == answer)
-        return total / len(self) if len(self) else 0.0
+        return self._answers.total(answer) / len(self) if len(self) else 0.0
+
+
+class EncodedCaptions(Sequence[list[list[str]]]):
+    """Each image's reference captions as word ids (numpy arrays, possibly memory-mapped),
+    decoded into word lists on access: image ``i``'s captions are sentences
+    ``images[i]:images[i + 1]``, sentence ``j`` is ``tokens[sentences[j]:sentences[j + 1]]``,
+    token ``t`` is ``words[t]``."""
+
+    def __init__(self, words: Sequence[str], tokens: np.ndarray, sentences: np.ndarray,
+                 images: np.ndarray) -> None:
+        self._words, self._tokens = words, tokens
+        self._sentences, self._images = sentences, images
+
+    def __len__(self) -> int:
+        return len(self._images) - 1
+
+    @overload
+    def __getitem__(self, index: int) -> list[list[str]]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[list[list[str]]]: ...
+
+    def __getitem__(self, index: int | slice) -> list[list[str]] | list[list[list[str]]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"image index {index} out of range for {len(self)} images")
+        index %= len(self)
+        bounds = np.asarray(self._sentences[self._images[index]: self._images[index + 1] + 1])
+        if not len(bounds):
+            return []
+        ids = np.asarray(self._tokens[bounds[0]: bounds[-1]]).tolist()
+        cuts = (bounds - bounds[0]).tolist()
+        return [[self._words[t] for t in ids[a:b]] for a, b in pairwise(cuts)]
+
+    def empty(self) -> list[int]:
+        """The images without a caption."""
+        return np.flatnonzero(np.diff(np.asarray(self._images)) == 0).tolist()
 
 
 class CaptionDataset(TaskDataset):
@@ -163,7 +261,8 @@ class CaptionDataset(TaskDataset):
         max_words: int,
         sample: bool,
     ) -> None:
-        empty = [i for i, refs in enumerate(references) if not refs]
+        empty = (references.empty() if isinstance(references, EncodedCaptions)
+                 else [i for i, refs in enumerate(references) if not refs])
         if empty:
             raise ValueError(f"Every image needs a reference caption; image {empty[0]} has none.")
         self._references = references

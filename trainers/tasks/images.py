@@ -1,24 +1,17 @@
-"""Image classification from the user's files: ``image-folder`` and ``cifar``.
+"""``cifar``: image classification from CIFAR-10 or CIFAR-100 files already on disk.
 
-``image-folder`` reads torchvision's ImageFolder layout, one folder per class and split::
-
-    root/train/<class>/*.png|jpg
-    root/val/<class>/*.png|jpg
-
-Images are converted to RGB (or grayscale with ``in_chans=1``), resized to ``image_size``
-squared and normalised with the ImageNet mean and std. Both splits must have the same classes.
-
-``cifar`` reads CIFAR-10 or CIFAR-100 in their "python version" layout, already on disk (it is
-never downloaded): ``root`` is, or contains, ``cifar-10-batches-py`` (pickles ``data_batch_1`` ..
-``data_batch_5`` and ``test_batch``, labels under ``labels``) or ``cifar-100-python`` (``train``
-and ``test``, labels under ``fine_labels``); each pickle holds ``data``, uint8 (N, 3072) in
-channel-major order. Images are normalised with the training split's per-channel mean and std,
-and resized when ``image_size`` is not 32. The test batch is the validation split. The pickles
-are read by a restricted unpickler that admits only what CIFAR files hold (a dict of lists,
-bytes, numbers and numpy uint8 arrays): a pickle naming anything else, which could run code when
+Their "python version" layout (never downloaded): ``root`` is, or contains,
+``cifar-10-batches-py`` (pickles ``data_batch_1`` .. ``data_batch_5`` and ``test_batch``,
+labels under ``labels``) or ``cifar-100-python`` (``train`` and ``test``, labels under
+``fine_labels``); each pickle holds ``data``, uint8 (N, 3072) in channel-major order. Images
+are normalised with the training split's per-channel mean and std, and resized when
+``image_size`` is not 32. The test batch is the validation split. The pickles are read by a
+restricted unpickler that admits only what CIFAR files hold (a dict of lists, bytes, numbers
+and numpy uint8 arrays): a pickle naming anything else, which could run code when
 loaded, is refused.
 
-Chance is the accuracy of always answering the most frequent training class.
+Chance is the accuracy of always answering the most frequent training class. (The
+``image-folder`` task is :mod:`trainers.tasks.image_folder`.)
 """
 
 from __future__ import annotations
@@ -30,70 +23,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torchvision import datasets, transforms
 
-from nas.errors import ConfigError, NasError
+from nas.errors import NasError
 from nas.tasks import TaskGeometry
 from trainers.tasks.data import Item, TaskData, TaskDataset, majority_chance
 
-__all__ = ["build_cifar", "build_image_folder"]
-
-_IMAGENET_MEAN, _IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-
-
-def _rgb(image: Any) -> Any:
-    return image.convert("RGB")
-
-
-class _FolderDataset(TaskDataset):
-    def __init__(self, folder: datasets.ImageFolder) -> None:
-        self.folder = folder
-
-    def __len__(self) -> int:
-        return len(self.folder)
-
-    def __getitem__(self, index: int) -> Item:
-        image, label = self.folder[index]
-        return {"images": image, "label": torch.tensor(label)}
-
-
-def _folder(directory: Path, transform: transforms.Compose) -> datasets.ImageFolder:
-    if not directory.is_dir():
-        raise NasError(f"Image folder '{directory}' does not exist.")
-    try:
-        return datasets.ImageFolder(str(directory), transform=transform)
-    except FileNotFoundError:  # no class folder, or no image in any of them
-        raise NasError(f"Image folder '{directory}' holds no class folder with .png/.jpg "
-                       "images; expected <split>/<class>/<image>.") from None
-
-
-def build_image_folder(
-    *, root: str, image_size: int = 224, in_chans: int = 3, train: str = "train",
-    val: str = "val",
-) -> TaskData:
-    """The ``image-folder`` task over ``root/<train>`` and ``root/<val>``."""
-    if in_chans not in (1, 3):
-        raise ConfigError(f"`in_chans` must be 1 or 3, but got in_chans={in_chans}.")
-    mean, std = (_IMAGENET_MEAN, _IMAGENET_STD) if in_chans == 3 else ((0.449,), (0.226,))
-    transform = transforms.Compose([
-        transforms.Grayscale(1) if in_chans == 1 else transforms.Lambda(_rgb),
-        transforms.Resize((image_size, image_size)),
-        transforms.ToTensor(),
-        transforms.Normalize(mean, std),
-    ])
-    base = Path(root).expanduser()
-    train_set, val_set = _folder(base / train, transform), _folder(base / val, transform)
-    if train_set.classes != val_set.classes:
-        raise NasError(
-            f"Image folder '{base / val}' has classes {val_set.classes}, but '{base / train}' "
-            f"has {train_set.classes}; both splits need the same class folders."
-        )
-    geometry = TaskGeometry("image-folder", "image", len(train_set.classes),
-                            image_size=image_size, in_chans=in_chans)
-    chance = majority_chance(torch.tensor(train_set.targets), torch.tensor(val_set.targets))
-    return TaskData("image-folder", geometry, _FolderDataset(train_set), _FolderDataset(val_set),
-                    "accuracy", chance)
-
+__all__ = ["build_cifar"]
 
 class _CifarDataset(TaskDataset):
     """CIFAR images kept as uint8; normalised (and resized) per item."""

@@ -139,8 +139,12 @@ def cider_d_scores(
         df.update(set().union(*refs))
     log_images = math.log(len(candidates)) if candidates else 0.0
     scores = []
+    seen: dict[tuple[str, ...], tuple[list[dict[NGram, float]], list[float], int]] = {}
     for cand, refs in zip(candidates, refs_counts, strict=True):
-        vec, norm, length = _tfidf(_ngrams(_words(cand)), df, log_images)
+        words = tuple(_words(cand))
+        if words not in seen:  # a caption given for many images is weighed once
+            seen[words] = _tfidf(_ngrams(words), df, log_images)
+        vec, norm, length = seen[words]
         total = 0.0
         for ref in refs:
             vec_r, norm_r, length_r = _tfidf(ref, df, log_images)

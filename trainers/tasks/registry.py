@@ -22,9 +22,11 @@ from typing import Any
 
 from nas.errors import ConfigError
 from nas.tasks import GEOMETRY_LIMITS
+from trainers.tasks.cache import Prepared
 from trainers.tasks.data import TaskData
 
-__all__ = ["OPTION_LIMITS", "check_task", "get_task", "list_tasks", "task_options"]
+__all__ = ["OPTION_LIMITS", "PREPARED_TASKS", "check_task", "get_task", "list_tasks",
+           "prepare_task", "task_options"]
 
 # task name -> (module, builder function, the module's estimate of the bytes the builder
 # generates in memory from its options, if it generates data)
@@ -34,9 +36,13 @@ _TASKS: dict[str, tuple[str, str, str | None]] = {
     "digits": ("trainers.tasks.digits", "build", "generated_bytes"),
     "vqa-files": ("trainers.tasks.vqa_files", "build", None),
     "coco-files": ("trainers.tasks.coco_files", "build", None),
-    "image-folder": ("trainers.tasks.images", "build_image_folder", None),
+    "image-folder": ("trainers.tasks.image_folder", "build", None),
     "cifar": ("trainers.tasks.images", "build_cifar", None),
 }
+
+#: The tasks whose files are parsed once per node into prepared arrays (their modules'
+#: ``prepare``; see ``trainers.tasks.cache``).
+PREPARED_TASKS = ("vqa-files", "coco-files", "image-folder")
 
 #: The largest value of each numeric option, whichever task has it. Sizes a model sees take the
 #: geometry's limits; dataset sizes allow all of VQA v2 (443,757 training questions) or GQA's
@@ -161,3 +167,21 @@ def get_task(name: str, **options: Any) -> TaskData:
     """
     check_task(name, options)
     return _builder(name)(**options)
+
+
+def prepare_task(name: str, **options: Any) -> Prepared:
+    """Prepare task ``name``'s files on this node, or open what is prepared, without building
+    its datasets (``nas data prepare``; a study's driver reads its validation size from it).
+
+    Raises ``ConfigError`` for a task without prepared data (not in ``PREPARED_TASKS``) and
+    what :func:`get_task` raises for its options and files.
+    """
+    check_task(name, options)
+    if name not in PREPARED_TASKS:
+        raise ConfigError(f"Task {name!r} has no prepared data (it reads its files quickly, or "
+                          f"none); the tasks with prepared data are {list(PREPARED_TASKS)}.")
+    params = inspect.signature(_builder(name)).parameters
+    filled = {key: options.get(key, p.default) for key, p in params.items()}
+    module = importlib.import_module(_TASKS[name][0])
+    prepared: Prepared = module.prepare(filled)
+    return prepared
