@@ -297,6 +297,28 @@ def test_a_crafted_value_is_named(base: Path, tmp_path: Path,
     assert "nested deeper" in rows[STUDY]["unreadable"]
 
 
+@pytest.mark.parametrize("task", ["synthetic-vqa", "coco-files", "vqa2"])
+def test_promote_to_a_task_of_another_kind_is_one_line(task: str, base: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ViT study promoted to a VQA or caption task: one line naming the value and the tasks
+    that would do (trainable ones: the study has no evaluator of its own), before any data is
+    read or Ray started; the database and its folder are as they were."""
+    db = tmp_path / "studies.db"
+    shutil.copyfile(base, db)
+    monkeypatch.chdir(tmp_path)
+    before = _snapshot(tmp_path)
+    code, out, err = _run(["promote", STUDY, "--task", task, "--storage", f"sqlite:///{db}"],
+                          capsys)
+    kind = "caption" if task == "coco-files" else "vqa"
+    expected = ("nas promote: error: Task 'vqa2' is a cost-only geometry" if task == "vqa2"
+                else f"nas promote: error: `--task` {task!r} is a {kind} task, but study "
+                f"'{STUDY}' searches family 'vit', which needs an image task: one of ['digits', "
+                "'image-folder', 'cifar'].")
+    assert (code, out, err.count("\n")) == (2, "", 1) and err.startswith(expected), err
+    assert _snapshot(tmp_path) == before
+
+
 def test_a_lease_row_no_nas_process_wrote_refuses_resume(base: Path, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]
                                                           ) -> None:

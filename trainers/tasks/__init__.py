@@ -10,7 +10,7 @@ features), ``image-folder`` and ``cifar``. Metrics live in :mod:`trainers.tasks.
 
 from trainers.tasks.collate import Batch, collate
 from trainers.tasks.data import Item, MetricName, TaskData, TaskDataset
-from trainers.tasks.registry import check_task, get_task, list_tasks, task_options
+from trainers.tasks.registry import check_task, get_task, list_tasks, task_kind, task_options
 
 __all__ = [
     "Batch",
@@ -22,5 +22,6 @@ __all__ = [
     "collate",
     "get_task",
     "list_tasks",
+    "task_kind",
     "task_options",
 ]
