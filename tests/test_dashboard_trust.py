@@ -230,18 +230,36 @@ STUDY_CASES = [(key, variant) for key in iter_keys(StudyKey) for variant in VARI
 def test_a_study_value(crafted: Any, key: str, variant: str) -> None:
     engine = crafted(_study_attr(key, _text(key, variant)))
     row = _listing(engine)[STUDY]
-    # The listing, as nas status's, decodes the space but does not build it: only the page does.
-    listed = key != StudyKey.SPACE or variant in ("not-json", "huge", "deep")
-    if _unreadable(key, variant):
-        if listed:
-            assert row["unreadable"] and row["trials"] == TRIALS  # Optuna's counts still show
-            _one_line(row["unreadable"], f"`{key}`", f"study '{STUDY}'")
+    if key == StudyKey.SPACE:
+        _space_refused_alone(engine, row, bad=_unreadable(key, variant))
+    elif _unreadable(key, variant):
+        assert row["unreadable"] and row["trials"] == TRIALS  # Optuna's counts still show
+        _one_line(row["unreadable"], f"`{key}`", f"study '{STUDY}'")
         with pytest.raises(StoredValueError) as raised:
             study_info(engine, STUDY)
         _one_line(raised.value, f"`{key}`", f"study '{STUDY}'")
     else:
         assert row["unreadable"] is None
         _reads(engine)
+
+
+def _space_refused_alone(engine: sa.Engine, row: dict[str, Any], *, bad: bool) -> None:
+    """Only exports need the search space: a study whose stored space nas cannot use is listed
+    and read as any other, without a space, and its exports are refused with the one line
+    naming it."""
+    from dashboard.exports import trial_record
+
+    assert row["unreadable"] is None
+    _reads(engine)
+    info = study_info(engine, STUDY)
+    if not bad:
+        assert info.space_problem is None and info.stored is not None and info.stored.space
+        return
+    assert info.stored is not None and info.stored.space is None
+    _one_line(info.space_problem, f"`{StudyKey.SPACE}`", f"study '{STUDY}'")
+    with pytest.raises(StoredValueError) as raised:
+        trial_record(info, load_trial(engine, info, 0), None)
+    assert raised.value is info.space_problem
 
 
 @pytest.mark.parametrize(("label", "key", "value"), [
@@ -260,7 +278,10 @@ def test_a_study_value_of_the_right_type_that_does_not_fit(crafted: Any, base: P
             {"name": "accuracy"}, {"name": "params"}, {"name": "madds"}]))
         value = spec.to_dict()
     engine = crafted(_study_attr(key, json.dumps(value)))
-    assert _listing(engine)[STUDY]["unreadable"] or key == StudyKey.SPACE
+    if key == StudyKey.SPACE:
+        _space_refused_alone(engine, _listing(engine)[STUDY], bad=True)
+        return
+    assert _listing(engine)[STUDY]["unreadable"]
     with pytest.raises(StoredValueError, match=f"`{key}` of study '{STUDY}'"):
         study_info(engine, STUDY)
 
