@@ -686,6 +686,15 @@ def _figures(tree: Any) -> Iterator[dict[str, Any]]:
             yield from _figures(item)
 
 
+def _figure_texts(figure: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """A figure's strings: those plotly renders with its HTML subset, and those it draws as
+    plain text (the tick labels of a parallel coordinates axis)."""
+    figure = json.loads(json.dumps(figure))  # a copy to take the plain texts out of
+    plain = [label for trace in figure["data"] if trace.get("type") == "parcoords"
+             for dim in trace.get("dimensions") or [] for label in dim.pop("ticktext", [])]
+    return list(_strings(figure)), plain
+
+
 def _strings(tree: Any) -> Iterator[str]:
     if isinstance(tree, str):
         yield tree
@@ -707,21 +716,24 @@ def _answers(client: Any, app: Any, m: MarkupStudy) -> list[Any]:
 
 
 def test_markup_draws_as_text(markup: tuple[str, MarkupStudy], one_line_logs: None) -> None:
-    """The study page, its views and its trial pages answer and draw; no figure holds a raw tag
-    of the markup (plotly would render it), each shows the escaped text; the components hold it
-    as text, none as HTML or markdown; the exports are refused with the space's line."""
+    """The study page, its views and its trial pages answer and draw; no figure text that plotly
+    renders as HTML holds a raw tag of the markup, each holds it escaped, and the one text
+    plotly draws as plain text holds it as written; the components hold it as text, none as
+    HTML or markdown; the exports are refused with the space's line."""
     url, m = markup
     app = create_app(url, refresh_seconds=1)
     client = app.server.test_client()
     results = _answers(client, app, m)
     _ok(results)
-    figures = [f for r in results for f in _figures(r.response)]
-    texts = [t for f in figures for t in _strings(f)]
+    figures = [_figure_texts(f) for r in results for f in _figures(r.response)]
+    texts = [t for rendered, _ in figures for t in rendered]
     assert len(figures) > 12 and not [t for t in texts if any(tag in t for tag in TAGS)]
     for place in ("knob", "width", "choiceA", "choiceB", "objective", "reason", "archid",
                   "metric", "part"):
         shown = html.escape(m[place], quote=False)
         assert any(shown in t for t in texts), place
+    plain = {t for _, texts in figures for t in texts}  # drawn as plain text: as written
+    assert plain == {m["choiceA"], m["choiceB"]}, plain
     pages = json.dumps([r.response for r in results])
     assert "dangerously_allow_html" not in pages
     for r in results:
