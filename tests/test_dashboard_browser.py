@@ -795,6 +795,11 @@ def test_markup_in_every_stored_string_shows_as_text(browser: Any, server: str,
     (entities too) in components and in plotly's figures; no script runs, no image loads; only
     the exports, which need the search space nas cannot parse, are refused, in one line."""
     m = markup
+    browser.get(server + "/")
+    _wait(lambda: m.name in browser.find_element(By.ID, "studies-list").text,
+          "the markup study in the list")
+    assert m["task"] in _text(browser, By.ID, "studies-list")
+    _nothing_ran(browser)
     browser.get(server + _study_path(m.name))
     traces = _wait(lambda: browser.execute_script(_TRACES), "the Pareto graph")
     assert {t["name"].split(" (")[0]: t["n"] for t in traces} == {
@@ -816,6 +821,10 @@ def test_markup_in_every_stored_string_shows_as_text(browser: Any, server: str,
     hover = _wait(lambda: " ".join(_svg_texts(browser, "#pareto-2d .hoverlayer .hovertext")),
                   "the hover label")
     assert all(m[p] in hover for p in ("reason", "knob", "choiceA", "objective", "archid")), hover
+    _choose(browser, "compare-with", NAME)  # its name in the comparison's legend and title
+    legend = _wait(lambda: _svg_texts(browser, "#compare .legendtext"), "the comparison")
+    assert f"{m.name}: all (4)" in legend, legend
+    assert m.name in " ".join(_svg_texts(browser, "#compare .gtitle"))
     _nothing_ran(browser)
     _shot(browser, "15-markup-study.png", height=2400)
     browser.set_window_size(1400, 1000)

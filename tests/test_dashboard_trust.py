@@ -707,9 +707,16 @@ def _strings(tree: Any) -> Iterator[str]:
 
 
 def _answers(client: Any, app: Any, m: MarkupStudy) -> list[Any]:
-    """The study page, each of its views and each trial's page, as the browser opens them."""
-    results = list(first_render(client, app, study_href(m.name)))
+    """The studies page, the study page, each of its views, its comparison with the engine's
+    study both ways and each trial's page, as the browser opens them."""
+    results = list(first_render(client, app, "/"))
+    results += first_render(client, app, study_href(m.name))
     results += [answer for _, answer in open_every_view(client, app, m.name, m["knob"])]
+    for this, other in ((m.name, STUDY), (STUDY, m.name)):
+        results.append(post_callback(client, callback_body(app, "compare.figure", {
+            "study.data": {"name": this}, "compare-with.value": other,
+            "pareto-x.value": "params", "pareto-y.value": "accuracy"},
+            changed="compare-with.value")))
     for number in range(6):
         results += first_render(client, app, trial_href(m.name, number))
     return results
@@ -728,8 +735,8 @@ def test_markup_draws_as_text(markup: tuple[str, MarkupStudy], one_line_logs: No
     figures = [_figure_texts(f) for r in results for f in _figures(r.response)]
     texts = [t for rendered, _ in figures for t in rendered]
     assert len(figures) > 12 and not [t for t in texts if any(tag in t for tag in TAGS)]
-    for place in ("knob", "width", "choiceA", "choiceB", "objective", "reason", "archid",
-                  "metric", "part"):
+    for place in ("study", "knob", "width", "choiceA", "choiceB", "objective", "reason",
+                  "archid", "metric", "part"):
         shown = html.escape(m[place], quote=False)
         assert any(shown in t for t in texts), place
     plain = {t for _, texts in figures for t in texts}  # drawn as plain text: as written
