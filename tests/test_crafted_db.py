@@ -3,8 +3,9 @@
 A study database is shared, and Optuna's own tools and other programs write to it. Each case
 here takes a copy of a finished study database, replaces one stored value the way another tool
 could (every key of ``studies.record`` and rows of ``nas_leases`` and ``nas_epochs``: missing, the
-wrong JSON type, not JSON, huge, nested 100,000 deep, path-like, control characters) and runs
-the reading commands on it in-process:
+wrong JSON type, not JSON, huge, nested 100,000 deep, path-like, control characters, HTML and
+script text, and markup where another tool's names go) and runs the reading commands on it
+in-process:
 
 - each ends with exit 0, or exit 2 and ONE line on stderr; never a traceback, never another code;
 - the read-only ones (status, pareto, export, and promote, which is refused at the unknown
@@ -29,6 +30,7 @@ from typing import Any
 
 import pytest
 import study_helpers as h
+from markup_study import markup, short_markup
 from optuna.trial import TrialState
 from postgres_fixture import postgres_url
 
@@ -62,6 +64,7 @@ VARIANTS: dict[str, str | None] = {
     "escapes": ESCAPES,
     "nan": "NaN",
     "huge-int": "9" * 5000,
+    "markup": json.dumps(markup("value")),  # HTML and script text: data, shown as written
 }
 
 
@@ -137,6 +140,40 @@ CRAFTS += [
     Craft("optuna-study-name-escapes", ((
         f"UPDATE studies SET study_name = ? WHERE study_name = '{OTHER}'",
         ("other\x1b[2J\x1b]0;owned\x07",)),)),
+]
+
+# Markup where another tool's names go (keys of mappings, parameter names and choices, the
+# study file's strings, objective and metric names), merged into the stored JSON with SQL.
+_MERGE = "UPDATE {table} SET value_json = json_patch(value_json, ?) WHERE key = ? AND {where}"
+_TRIAL_0_ROW = f"trial_id = ({_TRIAL_0})"
+_STUDY_ROW = f"study_id = ({_STUDY_ID})"
+_MARKUP = markup("name")
+_KNOB = {_MARKUP: {"choices": [_MARKUP]}}
+for label, table, where, key, patch in (
+        ("arch-key", "trial_user_attributes", _TRIAL_0_ROW, TrialKey.ARCH, {_MARKUP: _MARKUP}),
+        ("train-key", "trial_user_attributes", _TRIAL_0_ROW, TrialKey.TRAIN, {_MARKUP: _MARKUP}),
+        ("cost-part", "trial_user_attributes", _TRIAL_0_ROW, TrialKey.COST,
+         {"parts": {_MARKUP: {"params": 1, "params_matrix": 1, "madds": 1}}}),
+        ("space-knob", "study_user_attributes", _STUDY_ROW, StudyKey.SPACE,
+         {"name": _MARKUP, "arch": _KNOB}),
+        ("spec-strings", "study_user_attributes", _STUDY_ROW, StudyKey.SPEC,
+         {"name": _MARKUP, "description": _MARKUP, "task": _MARKUP,
+          "space": {"name": _MARKUP, "arch": _KNOB}})):
+    CRAFTS.append(Craft(f"markup-{label}", ((_MERGE.format(table=table, where=where),
+                                             (json.dumps(patch), key)),)))
+_CHOICES = {"name": "CategoricalDistribution", "attributes": {"choices": [_MARKUP, markup("kv")]}}
+CRAFTS += [
+    Craft("markup-objectives", _attr_edit("study_user_attributes", "study_id",
+                                          StudyKey.OBJECTIVES,
+                                          json.dumps([_MARKUP, markup("2")]), _STUDY_ID)),
+    Craft("markup-param-name", ((
+        f"UPDATE trial_params SET param_name = ? WHERE trial_id = ({_TRIAL_0}) AND "
+        "param_name = 'attention_sharing'", (_MARKUP,)),)),
+    Craft("markup-param-choices", ((
+        f"UPDATE trial_params SET distribution_json = ? WHERE trial_id = ({_TRIAL_0}) AND "
+        "param_name = 'attention_sharing'", (json.dumps(_CHOICES),)),)),
+    Craft("markup-epochs", ((_EPOCH, (STUDY, 0, 7, 0.1, short_markup("metric"), 0.5, 1.0,
+                                      json.dumps({_MARKUP: 0.1}))),)),
 ]
 
 #: The commands each crafted database is read with: (label, argv, read-only).
