@@ -3,8 +3,8 @@
 Plotly renders a few HTML tags inside figure text, so every user-provided string (study names,
 parameter values, failure reasons) goes through :func:`text` (HTML-escaped) before it reaches a
 title, a legend, an axis's categories or a hover label; the one text plotly draws as plain text,
-a parallel coordinates axis's tick labels, gets them as written. Every trace's ``customdata`` holds trial numbers: clicking a
-point opens that trial.
+a parallel coordinates axis's tick labels, gets them as written. Every trace's ``customdata``
+holds trial numbers: clicking a point opens that trial.
 """
 
 from __future__ import annotations
