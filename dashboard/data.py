@@ -11,9 +11,10 @@ PostgreSQL and MySQL sessions are set read-only. Each read runs in one snapshot
 The database is a trust boundary (``studies.store.stored``): teammates and other tools write to
 it, so every stored value is parsed by its rules before it is used. A study whose
 values do not parse is listed as unreadable, with the one-line reason, while the others show,
-and ``study_info`` raises that reason. A trial whose value does not parse keeps its row on the
-study page, the field blank and the key named in its ``unreadable`` column; ``load_trial`` raises
-the reason, naming study, trial and key.
+and ``study_info`` raises that reason; a search space that does not parse (another tool's knob
+names) leaves the study readable, its exports refused with that line. A trial whose value does
+not parse keeps its row on the study page, the field blank and the key named in its
+``unreadable`` column; ``load_trial`` raises the reason, naming study, trial and key.
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ class StudyInfo:
     """A study's identity, objectives and ``nas.*`` study attributes: ``stored`` as
     ``studies.store.stored`` types them, ``attrs`` as decoded. A study whose stored values do not
     parse has no ``stored`` but a ``problem`` (the error naming the value): the listing shows
-    it as unreadable, and :meth:`check` raises it."""
+    it as unreadable, and :meth:`check` raises it. A search space that does not parse is
+    ``space_problem`` alone (``stored.space`` is then None)."""
 
     study_id: int
     name: str
@@ -120,6 +122,9 @@ class StudyInfo:
     attrs: dict[str, Any] = field(default_factory=dict, compare=False)
     stored: StudyAttrs | None = field(default=None, compare=False)
     problem: StoredValueError | None = field(default=None, compare=False, repr=False)
+    #: Why the stored search space does not parse (another tool's knob names, say): the study
+    #: shows, without a space; only what needs one (its exports) is refused with this line.
+    space_problem: StoredValueError | None = field(default=None, compare=False, repr=False)
 
     def check(self) -> None:
         """Raise the reason the study's stored values do not parse, if they do not."""
@@ -180,19 +185,34 @@ def _check_objectives(name: str, objectives: Sequence[str]) -> None:
 
 def _info(study_id: int, name: str, directions: Sequence[tuple[Any, Any]],
           texts: Sequence[tuple[Any, Any]], *, full: bool) -> StudyInfo:
-    """One study's info from its rows (``texts``: its user attributes' key and JSON text)."""
+    """One study's info from its rows (``texts``: its user attributes' key and JSON text).
+    A search space that does not parse is the study's ``space_problem``, not its ``problem``:
+    the pages draw without it (only exports need it, and say that line)."""
     raw: dict[str, Any] = {}
     dirs: tuple[str, ...] = ()
+    space_problem = None
     try:
         dirs = _directions(name, directions)
         for key, text in texts:
-            raw[str(key)] = stored.loads(text, study=name, key=str(key))
-        attrs = stored.study_attrs(name, raw, len(dirs), full=full)
+            try:
+                raw[str(key)] = stored.loads(text, study=name, key=str(key))
+            except StoredValueError as exc:
+                if str(key) != StudyKey.SPACE:
+                    raise
+                space_problem = exc.with_traceback(None)
+        try:
+            attrs = stored.study_attrs(name, raw, len(dirs), full=full and not space_problem)
+        except StoredValueError as exc:
+            if exc.key != StudyKey.SPACE:
+                raise
+            space_problem = exc.with_traceback(None)
+            attrs = stored.study_attrs(name, raw, len(dirs), full=False)
         _check_objectives(name, attrs.objectives)
     except StoredValueError as exc:
         return StudyInfo(study_id, name, tuple(f"objective_{i}" for i in range(len(dirs))),
                          dirs, raw, problem=exc.with_traceback(None))
-    return StudyInfo(study_id, name, attrs.objectives, dirs, raw, attrs)
+    return StudyInfo(study_id, name, attrs.objectives, dirs, raw, attrs,
+                     space_problem=space_problem)
 
 
 def _infos(conn: Connection, where: Any = None, *, full: bool = True) -> list[StudyInfo]:

@@ -34,6 +34,8 @@ __all__ = ["pareto_zip", "records_of", "trial_file", "trial_record"]
 
 def _spec(info: StudyInfo) -> StudySpec:
     info.check()
+    if info.space_problem is not None:  # the study shows; its exports need a space nas can use
+        raise info.space_problem.with_traceback(None)
     if info.spec is None:
         raise NasError(f"Study {inert(info.name)!r} was not created by nas (it has no stored "
                        "study file), so its trials cannot be exported.")

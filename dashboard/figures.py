@@ -2,8 +2,9 @@
 
 Plotly renders a few HTML tags inside figure text, so every user-provided string (study names,
 parameter values, failure reasons) goes through :func:`text` (HTML-escaped) before it reaches a
-title, a legend or a hover label. Every trace's ``customdata`` holds trial numbers: clicking a
-point opens that trial.
+title, a legend, an axis's categories or a hover label; the one text plotly draws as plain text,
+a parallel coordinates axis's tick labels, gets them as written. Every trace's ``customdata``
+holds trial numbers: clicking a point opens that trial.
 """
 
 from __future__ import annotations
@@ -410,11 +411,14 @@ def hypervolume_history(numbers: Sequence[int], volumes: Sequence[float]) -> go.
 
 
 def _codes(column: pd.Series) -> tuple[np.ndarray, list[int], list[str]]:
+    """A categorical axis of the parallel coordinates: each value's level, the levels and their
+    labels. The labels are as written: plotly draws a parcoords tick as plain SVG text (an
+    escaped one would show its entities), unlike its titles, which render its HTML subset."""
     groups = knob_groups(column)
     labels = sorted(groups.unique(), key=_natural)
     index = {label: i for i, label in enumerate(labels)}
     return (groups.map(index).to_numpy(dtype=float), list(range(len(labels))),
-            [text(label) for label in labels])
+            [str(label) for label in labels])
 
 
 def _natural(label: str) -> tuple[int, float, str]:

@@ -239,16 +239,24 @@ def study_page(info: StudyInfo, data: StudyData, version: str, *, others: Sequen
         dcc.Interval(id=STUDY_TICK, interval=refresh_ms),
         html.H2(["Study ", html.Span(info.name, id="study-name")]),
         html.Div(id=SUMMARY),
-        _front_section(objectives, version, formats, front),
+        _front_section(objectives, version, formats, front, _no_exports(info)),
         _views_section(objectives, data, promoted),
         _trials_section(data),
         _compare_section(others),
     ]
 
 
+def _no_exports(info: StudyInfo) -> str:
+    """Why a study offers no export formats (shown where they would be)."""
+    if info.space_problem is not None:
+        return " ".join(str(info.space_problem).split())
+    return "(exports need a study made by nas: this one has no search space)"
+
+
 def _front_section(objectives: list[str], version: str, formats: Sequence[str],
-                   front: Any) -> html.Section:
-    """The 2-D front with its axes, the selection's controls and the Pareto set's download."""
+                   front: Any, no_exports: str) -> html.Section:
+    """The 2-D front with its axes, the selection's controls and the Pareto set's download
+    (``no_exports``: why there is none, where ``formats`` is empty)."""
     x, y = front_axes(objectives)
     return html.Section(style=_SECTION, children=[
         html.H3("Pareto front"),
@@ -284,8 +292,7 @@ def _front_section(objectives: list[str], version: str, formats: Sequence[str],
             html.Button("Download (zip)", id=PARETO_BUTTON, style=_BUTTON,
                         disabled=not formats),
             dcc.Download(id=PARETO_DOWNLOAD),
-            html.Span(id=PARETO_MESSAGE, children="" if formats else
-                      "(exports need a study made by nas: this one has no search space)"),
+            html.Span(id=PARETO_MESSAGE, children="" if formats else no_exports),
         ]),
     ])
 
@@ -431,9 +438,11 @@ def _kv(mapping: Mapping[str, Any] | None, id_: str) -> Any:
 
 
 def trial_body(name: str, trial: Mapping[str, Any], formats: Sequence[str],
-               cost_figure: Any, curves_figure: Any) -> list[Any]:
+               cost_figure: Any, curves_figure: Any, *,
+               no_exports: str | None = None) -> list[Any]:
     """Everything about one trial: state and reason, values, architecture, training settings,
-    cost by part, per-epoch curves and the export buttons."""
+    cost by part, per-epoch curves and the export buttons (``no_exports``: why the study's
+    trials cannot be exported, shown in their place)."""
     cost = trial.get("cost") or {}
     parts = {p: v for p, v in (cost.get("parts") or {}).items() if isinstance(v, Mapping)}
     keys = ("params", "params_matrix", "madds")
@@ -457,8 +466,10 @@ def trial_body(name: str, trial: Mapping[str, Any], formats: Sequence[str],
         html.H2(["Trial ", html.Span(str(trial["number"]), id="trial-number"), " of study ",
                  html.Span(name, id="trial-study")]),
         _table(["", ""], state, id="trial-state"),
-        html.Div(style={**_ROW, **_SECTION}, children=exports if trial.get("arch") else [
-            html.Span("This trial has no architecture yet: nothing to export.")]),
+        html.Div(style={**_ROW, **_SECTION}, children=(
+            [problem(no_exports, id_="trial-no-exports")] if no_exports else exports
+            if trial.get("arch") else [
+                html.Span("This trial has no architecture yet: nothing to export.")])),
         html.Div(style={"display": "grid", "gridTemplateColumns": "1fr 1fr", "gap": "24px"},
                  children=[
             html.Section([html.H3("Architecture"), _kv(trial.get("arch"), "trial-arch")]),

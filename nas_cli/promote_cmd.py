@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from nas.errors import ConfigError
 from nas_cli._common import (
     EVALUATOR_HELP,
     format_agreement,
     print_front,
     refuse_memory_storage,
 )
+
+if TYPE_CHECKING:
+    from studies.promote import Plan
 
 __all__ = ["format_agreement", "register"]
 
@@ -49,16 +53,22 @@ def _run(args: argparse.Namespace) -> int:
     plan = plan_promotion(args.name, args.storage, top=top, epochs=args.epochs,
                           task=args.task, seeds=args.seeds)
     spec = plan.spec
+    _check_task_kind(plan)
     evaluator = resolve_evaluator(plan.source.spec, stored=True, vouched=args.evaluator)
-    # Everything the promoted run would refuse, before the announcement (a refusal is one
-    # line) and before the promoted study is created or the source written.
+    # Everything the promoted run would refuse, before the promoted study is created or the
+    # source written; the announcement comes once the run starts (after create_study's own
+    # refusals too: a task's files, constraints on its geometry), so a refusal is one line.
     check_run(spec, address=args.address, evaluator=evaluator, stored=True)
     times = f", {plan.seeds} seeds each," if plan.seeds > 1 else ""
-    print(f"promoting {len(plan.front)} Pareto-optimal and {len(plan.dominated)} dominated "
-          f"trials{times} of {args.name!r} ({plan.source.spec.fidelity.epochs} epochs on "
-          f"{plan.source.spec.task!r}) to {spec.fidelity.epochs} epochs on {spec.task!r} as "
-          f"study {spec.name!r}, storage {plan.source.storage.url}", file=sys.stderr)
-    result = promote(plan, address=args.address, evaluator=evaluator, verbose=args.verbose)
+
+    def announce(counted: int) -> None:
+        print(f"promoting {len(plan.front)} Pareto-optimal and {len(plan.dominated)} dominated "
+              f"trials{times} of {args.name!r} ({plan.source.spec.fidelity.epochs} epochs on "
+              f"{plan.source.spec.task!r}) to {spec.fidelity.epochs} epochs on {spec.task!r} as "
+              f"study {spec.name!r}, storage {plan.source.storage.url}", file=sys.stderr)
+
+    result = promote(plan, address=args.address, evaluator=evaluator, verbose=args.verbose,
+                     on_start=announce)
     print(f"Promoted {args.name!r} as {spec.name!r}: {format_agreement(result)} "
           f"(proxy {plan.source.spec.fidelity.epochs} epochs -> {spec.fidelity.epochs} on "
           f"{spec.task!r})")
@@ -71,6 +81,33 @@ def _run(args: argparse.Namespace) -> int:
     if plan.seeds > 1:
         print_front(args.name, args.storage)  # the source's front, with its seed spread
     return 0
+
+
+def _check_task_kind(plan: Plan) -> None:
+    """``--task`` of another kind than the family the study searches (a VQA task for a ViT
+    space) is refused naming the tasks that would do, before any data is read: the engine
+    would only find out once it built the task and priced a model on it."""
+    from nas.registry import get_family
+    from nas.tasks import GEOMETRIES
+    from trainers.tasks import list_tasks, task_kind
+
+    spec = plan.spec
+    family = plan.source.space.base_config.family
+    need = get_family(family).kind
+    # plan_promotion refused a cost-only geometry unless the study trains with its own evaluator
+    kind = GEOMETRIES[spec.task].kind if spec.task in GEOMETRIES else task_kind(spec.task)
+    if kind == need:
+        return
+    valid = list_tasks(need)
+    if spec.evaluator:
+        valid += sorted(n for n, g in GEOMETRIES.items() if g.kind == need)
+    raise ConfigError(f"`--task` {spec.task!r} is {_article(kind)} {kind} task, but study "
+                      f"{plan.source.spec.name!r} searches family {family!r}, which needs "
+                      f"{_article(need)} {need} task: one of {valid}.")
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
 
 
 def _integer(text: str) -> int:

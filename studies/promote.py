@@ -22,7 +22,7 @@ lists its promoted studies in ``StudyKey.PROMOTIONS``.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,7 +178,8 @@ def plan_promotion(name: str, storage_url: str | None = None, *, top: int = DEFA
 
 def promote(plan: Plan, *, address: str | None = None, progress: bool = True,
             evaluator: Evaluator | None = None, geometry: TaskGeometry | None = None,
-            verbose: bool = False) -> dict[str, Any]:
+            verbose: bool = False,
+            on_start: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Create the promoted study, link it to its source, run it and store its fidelity.
 
     Everything the run would refuse is checked first (``studies.checks.check_run``): a refused
@@ -186,8 +187,10 @@ def promote(plan: Plan, *, address: str | None = None, progress: bool = True,
     ``studies.engine.run_study`` (tests, benchmarks). The source's stored ``evaluator`` is data
     of the database: the caller passes the function as ``evaluator`` once the person running
     the command vouched for it (``studies.evaluator.resolve_evaluator``); without it, a study that
-    names one is refused. Returns ``StudyKey.FIDELITY``'s value, with the promoted study's
-    ``name``.
+    names one is refused. ``on_start`` as for ``run_study``: called once the promoted study is
+    created and this process's, after every refusal (an announcement printed there is not
+    followed by an error line). Returns ``StudyKey.FIDELITY``'s value, with the promoted
+    study's ``name``.
     """
     from studies.engine import create_study, load_existing, run_study
 
@@ -208,7 +211,7 @@ def promote(plan: Plan, *, address: str | None = None, progress: bool = True,
     listed = list(writable.store.user_attrs(writable.study).get(StudyKey.PROMOTIONS) or [])
     writable.store.set_study_attrs(writable.study, {StudyKey.PROMOTIONS: [*listed, spec.name]})
     run_study(run, address=address, progress=progress, evaluator=evaluator, geometry=geometry,
-              verbose=verbose)  # stores the fidelity at its end (record_fidelity)
+              verbose=verbose, on_start=on_start)  # stores the fidelity at its end
     return {"name": spec.name, **run.store.user_attrs(run.study)[StudyKey.FIDELITY]}
 
 

@@ -4,7 +4,8 @@ A study database is shared, and Optuna's own tools and other programs write to i
 here takes a copy of a finished study database, replaces one stored value the way another tool
 could (every key of ``studies.store.keys`` and rows of ``nas_leases`` and ``nas_epochs``:
 missing, the wrong JSON type, not JSON, huge, nested 100,000 deep, path-like, control
-characters) and runs the reading commands on it in-process:
+characters, HTML and script text, and markup where another tool's names go) and runs the
+reading commands on it in-process:
 
 - each ends with exit 0, or exit 2 and ONE line on stderr; never a traceback, never another code;
 - the read-only ones (status, pareto, export, and promote, which is refused at the unknown
@@ -29,6 +30,7 @@ from typing import Any
 
 import pytest
 import study_helpers as h
+from markup_study import markup, short_markup
 from optuna.trial import TrialState
 from postgres_fixture import postgres_url
 
@@ -62,6 +64,7 @@ VARIANTS: dict[str, str | None] = {
     "escapes": ESCAPES,
     "nan": "NaN",
     "huge-int": "9" * 5000,
+    "markup": json.dumps(markup("value")),  # HTML and script text: data, shown as written
 }
 
 
@@ -137,6 +140,40 @@ CRAFTS += [
     Craft("optuna-study-name-escapes", ((
         f"UPDATE studies SET study_name = ? WHERE study_name = '{OTHER}'",
         ("other\x1b[2J\x1b]0;owned\x07",)),)),
+]
+
+# Markup where another tool's names go (keys of mappings, parameter names and choices, the
+# study file's strings, objective and metric names), merged into the stored JSON with SQL.
+_MERGE = "UPDATE {table} SET value_json = json_patch(value_json, ?) WHERE key = ? AND {where}"
+_TRIAL_0_ROW = f"trial_id = ({_TRIAL_0})"
+_STUDY_ROW = f"study_id = ({_STUDY_ID})"
+_MARKUP = markup("name")
+_KNOB = {_MARKUP: {"choices": [_MARKUP]}}
+for label, table, where, key, patch in (
+        ("arch-key", "trial_user_attributes", _TRIAL_0_ROW, TrialKey.ARCH, {_MARKUP: _MARKUP}),
+        ("train-key", "trial_user_attributes", _TRIAL_0_ROW, TrialKey.TRAIN, {_MARKUP: _MARKUP}),
+        ("cost-part", "trial_user_attributes", _TRIAL_0_ROW, TrialKey.COST,
+         {"parts": {_MARKUP: {"params": 1, "params_matrix": 1, "madds": 1}}}),
+        ("space-knob", "study_user_attributes", _STUDY_ROW, StudyKey.SPACE,
+         {"name": _MARKUP, "arch": _KNOB}),
+        ("spec-strings", "study_user_attributes", _STUDY_ROW, StudyKey.SPEC,
+         {"name": _MARKUP, "description": _MARKUP, "task": _MARKUP,
+          "space": {"name": _MARKUP, "arch": _KNOB}})):
+    CRAFTS.append(Craft(f"markup-{label}", ((_MERGE.format(table=table, where=where),
+                                             (json.dumps(patch), key)),)))
+_CHOICES = {"name": "CategoricalDistribution", "attributes": {"choices": [_MARKUP, markup("kv")]}}
+CRAFTS += [
+    Craft("markup-objectives", _attr_edit("study_user_attributes", "study_id",
+                                          StudyKey.OBJECTIVES,
+                                          json.dumps([_MARKUP, markup("2")]), _STUDY_ID)),
+    Craft("markup-param-name", ((
+        f"UPDATE trial_params SET param_name = ? WHERE trial_id = ({_TRIAL_0}) AND "
+        "param_name = 'attention_sharing'", (_MARKUP,)),)),
+    Craft("markup-param-choices", ((
+        f"UPDATE trial_params SET distribution_json = ? WHERE trial_id = ({_TRIAL_0}) AND "
+        "param_name = 'attention_sharing'", (json.dumps(_CHOICES),)),)),
+    Craft("markup-epochs", ((_EPOCH, (STUDY, 0, 7, 0.1, short_markup("metric"), 0.5, 1.0,
+                                      json.dumps({_MARKUP: 0.1}))),)),
 ]
 
 #: The commands each crafted database is read with: (label, argv, read-only).
@@ -295,6 +332,28 @@ def test_a_crafted_value_is_named(base: Path, tmp_path: Path,
     rows = {r["name"]: r for r in json.loads(out)}
     assert code == 0 and "unreadable" not in rows[OTHER] and rows[OTHER]["trials"] == 2
     assert "nested deeper" in rows[STUDY]["unreadable"]
+
+
+@pytest.mark.parametrize("task", ["synthetic-vqa", "coco-files", "vqa2"])
+def test_promote_to_a_task_of_another_kind_is_one_line(task: str, base: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ViT study promoted to a VQA or caption task: one line naming the value and the tasks
+    that would do (trainable ones: the study has no evaluator of its own), before any data is
+    read or Ray started; the database and its folder are as they were."""
+    db = tmp_path / "studies.db"
+    shutil.copyfile(base, db)
+    monkeypatch.chdir(tmp_path)
+    before = _snapshot(tmp_path)
+    code, out, err = _run(["promote", STUDY, "--task", task, "--storage", f"sqlite:///{db}"],
+                          capsys)
+    kind = "caption" if task == "coco-files" else "vqa"
+    expected = ("nas promote: error: Task 'vqa2' is a cost-only geometry" if task == "vqa2"
+                else f"nas promote: error: `--task` {task!r} is a {kind} task, but study "
+                f"'{STUDY}' searches family 'vit', which needs an image task: one of ['digits', "
+                "'image-folder', 'cifar'].")
+    assert (code, out, err.count("\n")) == (2, "", 1) and err.startswith(expected), err
+    assert _snapshot(tmp_path) == before
 
 
 def test_a_lease_row_no_nas_process_wrote_refuses_resume(base: Path, tmp_path: Path,

@@ -26,6 +26,7 @@ import pytest
 import sqlalchemy as sa
 import yaml
 from dashboard_helpers import GEOMETRY, OBJECTIVES, SPACE, make_evaluator, params_limit
+from markup_study import MarkupStudy, write_markup_study
 from optuna.trial import TrialState
 
 from dashboard import create_app
@@ -741,3 +742,130 @@ def test_values_another_tool_wrote_show_as_one_line(browser: Any, server: str,
     finally:
         optuna.delete_study(study_name=bad, storage=study_url)
         optuna.delete_study(study_name=odd, storage=study_url)
+
+
+# ----------------------------------------------------------------------------- markup
+@pytest.fixture(scope="module")
+def markup(study_url: str) -> MarkupStudy:
+    """The study another tool wrote with markup in every stored string the pages show."""
+    return write_markup_study(study_url)
+
+
+# What would have run or loaded had a page rendered the markup as HTML, and the page's text
+# (HTML and SVG) that shows the markup's escaped form instead of the markup: escaped twice.
+_INJECTED = """
+const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+const escaped = [];
+for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+  const parent = node.parentNode ? node.parentNode.nodeName : '';
+  const shown = parent !== 'SCRIPT' && parent !== 'STYLE';
+  if (shown && /&lt;\\/?(img|script|svg)/.test(node.nodeValue)) escaped.push(node.nodeValue);
+}
+return {owned: typeof owned,
+        images: Array.from(document.images).filter(i => i.getAttribute('src') === 'x').length,
+        handlers: document.querySelectorAll('[onload], [onerror]').length,
+        scripts: Array.from(document.scripts).filter(s => s.textContent.includes('owned'))
+                      .length,
+        fetched: performance.getEntriesByType('resource').filter(e => /\\/x$/.test(e.name))
+                            .length,
+        escaped: escaped};
+"""
+
+
+def _nothing_ran(browser: Any) -> None:
+    """No script of the markup ran, no image of it loaded, and no text shows it escaped."""
+    assert _read(lambda: browser.execute_script(_INJECTED)) == {
+        "owned": "undefined", "images": 0, "handlers": 0, "scripts": 0, "fetched": 0,
+        "escaped": []}
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.text  # noqa: B018
+
+
+def _svg_texts(browser: Any, selector: str) -> list[str]:
+    """The text plotly drew in ``selector`` (SVG text, as the page shows it)."""
+    return list(_read(lambda: browser.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0])).map(e => e.textContent)",
+        selector)))
+
+
+def test_markup_in_every_stored_string_shows_as_text(browser: Any, server: str,
+                                                     markup: MarkupStudy) -> None:
+    """A study whose stored strings hold HTML and script text (``markup_study``): its page
+    draws its front, views and table and its trial pages draw, each string shown as written
+    (entities too) in components and in plotly's figures; no script runs, no image loads; only
+    the exports, which need the search space nas cannot parse, are refused, in one line."""
+    m = markup
+    browser.get(server + "/")
+    _wait(lambda: m.name in browser.find_element(By.ID, "studies-list").text,
+          "the markup study in the list")
+    assert m["task"] in _text(browser, By.ID, "studies-list")
+    _nothing_ran(browser)
+    browser.get(server + _study_path(m.name))
+    traces = _wait(lambda: browser.execute_script(_TRACES), "the Pareto graph")
+    assert {t["name"].split(" (")[0]: t["n"] for t in traces} == {
+        "dominated": 1, "Pareto-optimal": 3, "rejected by a constraint": 1}
+    assert _text(browser, By.ID, "study-name") == m.name
+    summary = _text(browser, By.ID, "summary-table")
+    assert m["task"] in summary and f"{m['objective']} (minimize)" in summary
+    _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "#trial-table td"), "the trial table")
+    headers = [h.text for h in browser.find_elements(By.CSS_SELECTOR,
+                                                     "#trial-table th.dash-header")]
+    assert {m["knob"], m["width"], m["objective"]} <= set(headers), headers
+    cells = {c.text for c in browser.find_elements(By.CSS_SELECTOR, "#trial-table td")}
+    assert {m["choiceA"], m["choiceB"], m["reason"], m["archid"]} <= cells
+    message = _text(browser, By.ID, "pareto-message")
+    assert f"`{StudyKey.SPACE}`" in message and m["knob"] in message
+    # A front point's hover label: reason, knob = choice, objective and architecture id.
+    point, _ = _wait(lambda: browser.execute_script(_FRONT_POINTS), "the front's points")[0]
+    ActionChains(browser).move_to_element(point).pause(0.5).perform()
+    hover = _wait(lambda: " ".join(_svg_texts(browser, "#pareto-2d .hoverlayer .hovertext")),
+                  "the hover label")
+    assert all(m[p] in hover for p in ("reason", "knob", "choiceA", "objective", "archid")), hover
+    _choose(browser, "compare-with", NAME)  # its name in the comparison's legend and title
+    legend = _wait(lambda: _svg_texts(browser, "#compare .legendtext"), "the comparison")
+    assert f"{m.name}: all (4)" in legend, legend
+    assert m.name in " ".join(_svg_texts(browser, "#compare .gtitle"))
+    _nothing_ran(browser)
+    _shot(browser, "15-markup-study.png", height=2400)
+    browser.set_window_size(1400, 1000)
+
+    drawn = {"3-D front": "#pareto-3d .gl-container",
+             "Parallel coordinates": "#parcoords .parcoords",
+             "Importance": "#importance .bars .point",
+             "Knob effect": "#effect .boxlayer .trace, #effect .scatterlayer .point",
+             "Timeline": "#timeline .bars .point",
+             "Learning curves": "#curves .scatterlayer .trace",
+             "Proxy vs promoted": "#promotion .js-plotly-plot"}
+    for label, selector in drawn.items():
+        _open_view(browser, label)
+        _wait(lambda selector=selector: browser.find_elements(By.CSS_SELECTOR, selector),
+              f"the {label} view")
+        if label == "Parallel coordinates":  # knob and objective names, choices: as written
+            titles = _svg_texts(browser, "#parcoords .axis-title")
+            assert {m["knob"], m["width"], m["objective"]} <= set(titles), titles
+            assert {m["choiceA"], m["choiceB"]} <= set(_svg_texts(browser, "#parcoords .tick"))
+        if label == "Knob effect":
+            ticks = _svg_texts(browser, "#effect .xtick")
+            assert {m["choiceA"], m["choiceB"]} <= set(ticks), ticks
+        _nothing_ran(browser)
+
+    browser.get(server + _study_path(m.name) + "/trial/0")
+    _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "#trial-curves .legendtext"),
+          "the epoch curves")
+    for box, places in {"trial-arch": ("archkey", "archvalue"),
+                        "trial-train": ("trainkey", "trainvalue"),
+                        "trial-params": ("knob", "choiceA", "width"), "trial-cost": ("part",),
+                        "trial-state": ("reason", "archid", "checkpoint", "objective")}.items():
+        shown = _text(browser, By.ID, box)
+        assert all(m[p] in shown for p in places), (box, shown)
+    assert m["metric"] in _svg_texts(browser, "#trial-curves .legendtext")
+    assert m["part"] in _svg_texts(browser, "#trial-cost-figure .xtick")
+    refused = _text(browser, By.ID, "trial-no-exports")
+    assert f"`{StudyKey.SPACE}`" in refused and "\n" not in refused
+    _nothing_ran(browser)
+    _shot(browser, "16-markup-trial.png", height=2000)
+    browser.set_window_size(1400, 1000)
+    browser.get(server + _study_path(m.name) + "/trial/5")  # rejected: never trained
+    _wait(lambda: "rejected" in browser.find_element(By.ID, "trial-state").text,
+          "the rejected trial's page")
+    _nothing_ran(browser)

@@ -14,15 +14,23 @@ characters; rows of ``nas_epochs``; Optuna's own columns) with sqlite3, and read
   view showing that line, downloads refused with it; CSV cells that a spreadsheet would run are
   neutralised;
 - the database file is byte-identical afterwards and nothing is written beside it.
+
+A study's stored search space is needed only by its exports: one that does not parse leaves the
+study readable, and only its exports say why. A study another tool wrote with markup in every
+stored string the pages show (``markup_study``) reads as that text, draws, and reaches plotly
+only escaped (plotly renders a subset of HTML in figure text; React shows a component's text as
+written).
 """
 
 from __future__ import annotations
 
 import csv
 import hashlib
+import html
 import io
 import json
 import logging
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +39,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 import study_helpers as h
+from markup_study import TAGS, MarkupStudy, write_markup_study
 from optuna.trial import TrialState
 
 from dashboard import create_app
@@ -230,18 +239,36 @@ STUDY_CASES = [(key, variant) for key in iter_keys(StudyKey) for variant in VARI
 def test_a_study_value(crafted: Any, key: str, variant: str) -> None:
     engine = crafted(_study_attr(key, _text(key, variant)))
     row = _listing(engine)[STUDY]
-    # The listing, as nas status's, decodes the space but does not build it: only the page does.
-    listed = key != StudyKey.SPACE or variant in ("not-json", "huge", "deep")
-    if _unreadable(key, variant):
-        if listed:
-            assert row["unreadable"] and row["trials"] == TRIALS  # Optuna's counts still show
-            _one_line(row["unreadable"], f"`{key}`", f"study '{STUDY}'")
+    if key == StudyKey.SPACE:
+        _space_refused_alone(engine, row, bad=_unreadable(key, variant))
+    elif _unreadable(key, variant):
+        assert row["unreadable"] and row["trials"] == TRIALS  # Optuna's counts still show
+        _one_line(row["unreadable"], f"`{key}`", f"study '{STUDY}'")
         with pytest.raises(StoredValueError) as raised:
             study_info(engine, STUDY)
         _one_line(raised.value, f"`{key}`", f"study '{STUDY}'")
     else:
         assert row["unreadable"] is None
         _reads(engine)
+
+
+def _space_refused_alone(engine: sa.Engine, row: dict[str, Any], *, bad: bool) -> None:
+    """Only exports need the search space: a study whose stored space nas cannot use is listed
+    and read as any other, without a space, and its exports are refused with the one line
+    naming it."""
+    from dashboard.exports import trial_record
+
+    assert row["unreadable"] is None
+    _reads(engine)
+    info = study_info(engine, STUDY)
+    if not bad:
+        assert info.space_problem is None and info.stored is not None and info.stored.space
+        return
+    assert info.stored is not None and info.stored.space is None
+    _one_line(info.space_problem, f"`{StudyKey.SPACE}`", f"study '{STUDY}'")
+    with pytest.raises(StoredValueError) as raised:
+        trial_record(info, load_trial(engine, info, 0), None)
+    assert raised.value is info.space_problem
 
 
 @pytest.mark.parametrize(("label", "key", "value"), [
@@ -260,7 +287,10 @@ def test_a_study_value_of_the_right_type_that_does_not_fit(crafted: Any, base: P
             {"name": "accuracy"}, {"name": "params"}, {"name": "madds"}]))
         value = spec.to_dict()
     engine = crafted(_study_attr(key, json.dumps(value)))
-    assert _listing(engine)[STUDY]["unreadable"] or key == StudyKey.SPACE
+    if key == StudyKey.SPACE:
+        _space_refused_alone(engine, _listing(engine)[STUDY], bad=True)
+        return
+    assert _listing(engine)[STUDY]["unreadable"]
     with pytest.raises(StoredValueError, match=f"`{key}` of study '{STUDY}'"):
         study_info(engine, STUDY)
 
@@ -603,3 +633,139 @@ def test_names_of_the_studies_stay_text(crafted: Any) -> None:
     _ok(first_render(client, app, "/study/..%2F..%2Fetc%2Fpasswd"))
     with pytest.raises(NasError, match="Unknown study"):
         study_info(engine, "../../etc/passwd")
+
+
+# ----------------------------------------------------------------------------- markup
+@pytest.fixture(scope="module")
+def markup(base: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, MarkupStudy]:
+    """A copy of the base database with the markup study written into it by another tool."""
+    db = tmp_path_factory.mktemp("markup") / "studies.db"
+    shutil.copyfile(base, db)
+    url = f"sqlite:///{db}"
+    return url, write_markup_study(url)
+
+
+def test_markup_reads_as_the_text_it_is(markup: tuple[str, MarkupStudy]) -> None:
+    """Every stored string reads as written; only the space, which nas cannot use, is refused,
+    with one line naming it, and only exports need it."""
+    url, m = markup
+    engine = open_readonly(url)
+    try:
+        rows = {r["name"]: r for r in list_studies(engine)[1].to_dict("records")}
+        assert rows[m.name]["unreadable"] is None and rows[m.name]["task"] == m["task"]
+        info = study_info(engine, m.name)
+        assert info.objectives == ("accuracy", "params", m["objective"])
+        assert info.spec is not None and info.spec.name == m.name and info.task == m["task"]
+        _one_line(info.space_problem, f"`{StudyKey.SPACE}`", m["knob"])
+        data = load_study(engine, info)
+        assert data.knobs == {m["knob"]: m["knob"], m["width"]: m["width"]}
+        trials = data.trials.set_index("number")
+        assert trials.unreadable.isna().all()
+        assert set(trials.reason) == {m["reason"]} and set(trials.arch_id) == {m["archid"]}
+        assert list(trials[m["knob"]]) == [m["choiceA"], m["choiceB"]] * 3
+        trial = load_trial(engine, info, 0)
+        assert trial["arch"][m["archkey"]] == m["archvalue"]
+        assert trial["train"][m["trainkey"]] == m["trainvalue"]
+        assert trial["params"] == {m["knob"]: m["choiceA"], m["width"]: 2}
+        assert m["part"] in trial["cost"]["parts"]
+        assert {e["metric"] for e in trial["epochs"]} == {m["metric"]}
+        assert trial["attrs"][TrialKey.CHECKPOINT] == m["checkpoint"]
+    finally:
+        engine.dispose()
+
+
+def _figures(tree: Any) -> Iterator[dict[str, Any]]:
+    """Every plotly figure (a mapping of ``data`` and ``layout``) in a callback's answer."""
+    if isinstance(tree, dict):
+        if "data" in tree and "layout" in tree:
+            yield tree
+            return
+        tree = list(tree.values())
+    if isinstance(tree, list):
+        for item in tree:
+            yield from _figures(item)
+
+
+def _figure_texts(figure: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """A figure's strings: those plotly renders with its HTML subset, and those it draws as
+    plain text (the tick labels of a parallel coordinates axis)."""
+    figure = json.loads(json.dumps(figure))  # a copy to take the plain texts out of
+    plain = [label for trace in figure["data"] if trace.get("type") == "parcoords"
+             for dim in trace.get("dimensions") or [] for label in dim.pop("ticktext", [])]
+    return list(_strings(figure)), plain
+
+
+def _strings(tree: Any) -> Iterator[str]:
+    if isinstance(tree, str):
+        yield tree
+    elif isinstance(tree, dict):
+        for value in tree.values():
+            yield from _strings(value)
+    elif isinstance(tree, list):
+        for item in tree:
+            yield from _strings(item)
+
+
+def _answers(client: Any, app: Any, m: MarkupStudy) -> list[Any]:
+    """The studies page, the study page, each of its views, its comparison with the engine's
+    study both ways and each trial's page, as the browser opens them."""
+    results = list(first_render(client, app, "/"))
+    results += first_render(client, app, study_href(m.name))
+    results += [answer for _, answer in open_every_view(client, app, m.name, m["knob"])]
+    for this, other in ((m.name, STUDY), (STUDY, m.name)):
+        results.append(post_callback(client, callback_body(app, "compare.figure", {
+            "study.data": {"name": this}, "compare-with.value": other,
+            "pareto-x.value": "params", "pareto-y.value": "accuracy"},
+            changed="compare-with.value")))
+    for number in range(6):
+        results += first_render(client, app, trial_href(m.name, number))
+    return results
+
+
+def test_markup_draws_as_text(markup: tuple[str, MarkupStudy], one_line_logs: None) -> None:
+    """The study page, its views and its trial pages answer and draw; no figure text that plotly
+    renders as HTML holds a raw tag of the markup, each holds it escaped, and the one text
+    plotly draws as plain text holds it as written; the components hold it as text, none as
+    HTML or markdown; the exports are refused with the space's line."""
+    url, m = markup
+    app = create_app(url, refresh_seconds=1)
+    client = app.server.test_client()
+    results = _answers(client, app, m)
+    _ok(results)
+    figures = [_figure_texts(f) for r in results for f in _figures(r.response)]
+    texts = [t for rendered, _ in figures for t in rendered]
+    assert len(figures) > 12 and not [t for t in texts if any(tag in t for tag in TAGS)]
+    for place in ("study", "knob", "width", "choiceA", "choiceB", "objective", "reason",
+                  "archid", "metric", "part"):
+        shown = html.escape(m[place], quote=False)
+        assert any(shown in t for t in texts), place
+    plain = {t for _, texts in figures for t in texts}  # drawn as plain text: as written
+    assert plain == {m["choiceA"], m["choiceB"]}, plain
+    pages = json.dumps([r.response for r in results])
+    assert "dangerously_allow_html" not in pages
+    for r in results:
+        for c in components(r.response):
+            assert c["type"] != "Markdown", c
+            if c["type"] == "DataTable":
+                assert [col["id"] for col in c["props"].get("columns") or []
+                        if col.get("presentation") == "markdown"] in ([], ["number"])
+    table = next(r for r in results if r.output.startswith("..trial-table.data"))
+    cells = table.response["response"]["trial-table"]["data"]
+    assert [row[m["knob"]] for row in cells] == [m["choiceA"], m["choiceB"]] * 3
+    assert {row["reason"] for row in cells} == {m["reason"]}
+    assert all(re.fullmatch(r"\[\d\](\(/study/[^)]*/trial/\d\))", row["number"]) for row in cells)
+    for place in ("task", "objective", "archkey", "archvalue", "trainkey", "trainvalue", "part",
+                  "checkpoint", "study"):
+        assert json.dumps(m[place])[1:-1] in pages, place  # as a component's text
+    # Exports need the space: refused with its line (and no download), the study drawn.
+    line = " ".join(str(study_info(open_readonly(url), m.name).space_problem).split())
+    assert json.dumps(line)[1:-1] in pages  # beside the Pareto set's button and the trial's
+    request = callback_body(app, "..trial-download", {"trial.data": {"name": m.name,
+                                                                     "number": 0}},
+                            changed='{"format":"yaml","type":"export"}.n_clicks')
+    request["inputs"][0] = [{"id": {"format": "yaml", "type": "export"},
+                             "property": "n_clicks", "value": 1}]
+    refused = post_callback(client, request)
+    _ok([refused])
+    assert "trial-download" not in refused.response["response"]
+    assert refused.response["response"]["trial-message"]["children"] == line

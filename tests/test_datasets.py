@@ -21,7 +21,7 @@ from PIL import Image
 from nas.errors import NasError
 from nas.radix import WordTokenizer
 from nas_cli.main import main as nas_main
-from trainers.tasks import collate, get_task
+from trainers.tasks import collate, get_task, task_kind
 from trainers.tasks.vqa_files import normalize_answer, tokenize_question
 
 DIM = 16  # region feature width of the tiny files (the option region_dim says it)
@@ -106,6 +106,7 @@ def test_vqa_files_load_questions_answers_and_features(vqa_root: Path) -> None:
     # answers by frequency of multiple_choice_answer, normalised ("two" -> "2"), ties a-z
     assert (g.kind, g.num_outputs, g.question_tokens, g.regions, g.region_dim) == (
         "vqa", 3, 14, 6, DIM)
+    assert task_kind("vqa-files") == g.kind  # the registry knows it without building
     words = {w for q in ("What color is the cat?", "How many cats are there?",
                          "Is the cat black?") for w in tokenize_question(q)}
     assert g.question_vocab == len(words) + 2
@@ -236,6 +237,7 @@ def test_coco_files_load_captions_vocabulary_and_features(coco_root: Path) -> No
     g = data.geometry
     assert (g.kind, g.num_outputs, g.regions, g.region_dim, g.caption_words) == (
         "caption", WordTokenizer(data.words).vocab_size, 5, DIM, 4)
+    assert task_kind("coco-files") == g.kind
     assert (len(data.train), len(data.val), data.metric) == (3, 1, "cider_d")
     item = data.val[0]
     assert item["references"] == [["a", "cat", "on", "a", "sofa"], ["a", "sleeping", "cat"],
@@ -298,6 +300,7 @@ def test_image_folder_loads_resized_normalised_images(folder_root: Path) -> None
     data = get_task("image-folder", root=str(folder_root), image_size=16)
     assert (data.geometry.num_outputs, data.geometry.image_size, data.geometry.in_chans) == (
         2, 16, 3)
+    assert task_kind("image-folder") == data.geometry.kind == "image"
     batch = collate("image", [data.train[i] for i in range(len(data.train))])
     assert batch["images"].shape == (5, 3, 16, 16) and batch["label"].tolist() == [0, 0, 0, 1, 1]
     assert data.chance == pytest.approx(1 / 3)  # "cat" is the training majority
@@ -381,6 +384,7 @@ def cifar10_root(tmp_path: Path) -> Path:
 def test_cifar10_and_cifar100_python_batches(cifar10_root: Path, tmp_path: Path) -> None:
     data = get_task("cifar", root=str(cifar10_root))
     assert (data.geometry.num_outputs, data.geometry.image_size) == (10, 32)
+    assert task_kind("cifar") == data.geometry.kind == "image"
     batch = collate("image", [data.train[i] for i in range(len(data.train))])
     assert batch["images"].shape == (20, 3, 32, 32)
     assert batch["images"].mean(dim=(0, 2, 3)).abs().max() < 1e-4  # per-channel train stats

@@ -325,15 +325,6 @@ def _tiny_study(name: str, url: str, n: int, checkpoint_dir: Path | None = None)
 WEIRD = "x .. $(touch PWNED) `touch PWNED` 'q\" ; touch PWNED #"
 
 
-def _engine_refuses(name: str) -> bool:
-    try:
-        StudySpec.from_dict({"name": name, "task": "vqa-files", "objectives": OBJECTIVES,
-                             "budget": {"trials": 1}, "space": STUDIES["mcan-vqa"]["space"]})
-    except NasError:
-        return True
-    return False
-
-
 @pytest.mark.parametrize("name", ["..", WEIRD, "../evil"])
 def test_study_names_cannot_write_outside_out(tmp_path, monkeypatch, capsys, name) -> None:
     (tmp_path / "db").mkdir()
@@ -344,9 +335,8 @@ def test_study_names_cannot_write_outside_out(tmp_path, monkeypatch, capsys, nam
                        "--storage", url]) for fmt in ("yaml", "openvqa", "hf-config", "torch")]
     written = [Path(p) for p in capsys.readouterr().out.split("\n") if p]
     assert all(p.resolve().is_relative_to(out.resolve()) for p in written)
-    if _engine_refuses(name):  # one line, exit 2, nothing written
-        assert codes == [2] * 4 and sorted(p.name for p in tmp_path.iterdir()) == ["db"]
-        return
+    # The name is data (the database's; its stored study file's own is not read): a name nas
+    # would not give exports as any other, and names no path.
     assert codes == [0] * 4 and len(written) == 4 * 2  # 1 trial + pareto.csv, 4 formats
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "db"]
     assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["out"]

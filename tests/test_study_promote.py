@@ -177,6 +177,11 @@ def test_bad_promotions_write_nothing(tmp_path: Path, ray_local: None,
         (["promote", "src", "--epochs", "0"], "--epochs >= 1"),
         (["promote", "src", "--epochs", "many"], "'many'"),
         (["promote", "src", "--task", "mnist"], "'mnist'"),
+        # another kind: the trainable tasks of the family's kind and (the study trains with
+        # its own evaluator) the cost-only geometries of that kind
+        (["promote", "src", "--task", "synthetic-vqa"], "`--task` 'synthetic-vqa' is a vqa "
+         "task, but study 'src' searches family 'vit', which needs an image task: one of "
+         "['digits', 'image-folder', 'cifar', 'cifar100', 'imagenet']."),
         (["promote", "empty"], "no completed trials"),
         (["promote", "costs"], "no accuracy objective"),
     ]
@@ -190,6 +195,41 @@ def test_bad_promotions_write_nothing(tmp_path: Path, ray_local: None,
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and fragment in lines[0], (argv, err)
         assert "Traceback" not in err
+    assert _snapshot(url) == before
+
+
+#: A VQA space small enough to price at once (a promotion to ``vqa-files`` builds the task).
+_VQA_SPACE: dict[str, Any] = {
+    "name": "tiny-vqa",
+    "base": {"family": "mcan", "d_model": 32, "d_ff": 64, "heads": 2, "encoder_layers": 1,
+             "decoder_layers": 1},
+    "arch": {"groups": {"choices": [1, 2]}},
+}
+
+
+@pytest.mark.slow
+def test_a_refusal_when_the_task_is_built_is_one_line(tmp_path: Path, ray_local: None,
+                                                      capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """What only building the promoted task finds (here ``vqa-files`` without its files) is
+    refused in one line: the announcement waits for the run to start. Nothing is written."""
+    monkeypatch.chdir(tmp_path)  # vqa-files' default root: a folder without its files
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    spec = StudySpec.from_dict(h.study_dict(
+        "vq", objectives=OBJECTIVES, space=_VQA_SPACE, evaluator="study_helpers:instant",
+        task={"name": "synthetic-vqa", "train_size": 20, "val_size": 10}))
+    run = create_study(spec, url)
+    for i in range(2):  # closed by hand: the promotion plans from completed trials
+        trial = run.study.ask()
+        run.space.suggest(trial)
+        run.study.tell(trial, [0.5 + 0.1 * i, 1000.0 * (i + 1), 1000.0 * (i + 1)])
+    before = _snapshot(url)
+    capsys.readouterr()
+    code = nas_main(["promote", "vq", "--task", "vqa-files", "--evaluator",
+                     "study_helpers:instant", "--storage", url])
+    _, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("nas promote: error: VQA questions file ") and "does not exist" in err
     assert _snapshot(url) == before
 
 

@@ -12,7 +12,7 @@ import torch
 
 from nas.errors import ConfigError
 from nas.radix import RadixTokenizer, WordTokenizer
-from trainers.tasks import TaskData, collate, get_task, list_tasks, task_options
+from trainers.tasks import TaskData, collate, get_task, list_tasks, task_kind, task_options
 from trainers.tasks import synthetic_vqa as sv
 from trainers.tasks.metrics import accuracy, bleu4, cider_d, cider_d_scores, vqa_accuracy
 from trainers.tasks.scenes import ATTRIBUTES, Scene, sample_scene
@@ -40,6 +40,23 @@ def test_list_tasks_names_builtins_and_file_formats() -> None:
     assert list_tasks() == ["synthetic-vqa", "synthetic-captions", "digits", "vqa-files",
                             "coco-files", "image-folder", "cifar"]
     assert task_options("synthetic-vqa")["train_size"] == 4000
+
+
+@pytest.mark.parametrize("name", ["synthetic-vqa", "synthetic-captions", "digits"])
+def test_task_kind_is_the_built_geometrys(name: str) -> None:
+    """The registry's kind, known without building (the file tasks: ``test_datasets``)."""
+    small = {} if name == "digits" else {"train_size": 20, "val_size": 10}
+    assert task_kind(name) == get_task(name, **small).geometry.kind
+
+
+def test_list_tasks_by_kind_partitions_them() -> None:
+    kinds = {k: list_tasks(k) for k in ("image", "vqa", "caption")}
+    assert kinds == {"image": ["digits", "image-folder", "cifar"],
+                     "vqa": ["synthetic-vqa", "vqa-files"],
+                     "caption": ["synthetic-captions", "coco-files"]}
+    assert sorted(n for names in kinds.values() for n in names) == sorted(list_tasks())
+    with pytest.raises(ConfigError, match="Unknown task 'mnist'"):
+        task_kind("mnist")
 
 
 @pytest.mark.parametrize(

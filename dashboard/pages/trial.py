@@ -39,7 +39,9 @@ def register(app: dash.Dash, cache: StudyCache) -> None:
         trial = reader.load_trial(info, int(store["number"]))
         body = layout.trial_body(info.name, trial, formats(trial_family(trial)),
                                  figures.cost_parts(trial.get("cost")),
-                                 figures.epoch_curves(trial["epochs"], trial["intermediate"]))
+                                 figures.epoch_curves(trial["epochs"], trial["intermediate"]),
+                                 no_exports=line(info.space_problem) if info.space_problem
+                                 else None)
         return body, trial["state"] != "running"
 
     # A download answers with the file or with why not (one line beside its button), never a

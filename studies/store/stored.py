@@ -305,8 +305,9 @@ def _spec(name: str) -> Callable[[Any], StudySpec]:
             raise TypeError(f"must be a mapping, but is {_describe(value)}")
         # The study's name is the database's: a copy (optuna.copy_study) keeps its source's
         # study file, and must run, lease and log as itself. (A name nas could not have given,
-        # e.g. with a slash, is read; ``nas resume`` refuses to run under it.)
-        return dataclasses.replace(StudySpec.from_dict(value), name=name)
+        # e.g. with a slash, is read; ``nas resume`` refuses to run under it.) So the file's
+        # own name is not read at all: another tool's may hold what no nas name may.
+        return dataclasses.replace(StudySpec.from_dict(value, name="stored"), name=name)
 
     return build
 

@@ -18,6 +18,7 @@ from trainers.tasks.registry import (
     get_task,
     list_tasks,
     prepare_task,
+    task_kind,
     task_options,
 )
 
@@ -33,5 +34,6 @@ __all__ = [
     "get_task",
     "list_tasks",
     "prepare_task",
+    "task_kind",
     "task_options",
 ]

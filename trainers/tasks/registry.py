@@ -21,12 +21,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from nas.errors import ConfigError
-from nas.tasks import GEOMETRY_LIMITS
+from nas.tasks import GEOMETRY_LIMITS, TaskKind
 from trainers.tasks.cache import Prepared
 from trainers.tasks.data import TaskData
 
 __all__ = ["OPTION_LIMITS", "PREPARED_TASKS", "check_task", "get_task", "list_tasks",
-           "prepare_task", "task_options"]
+           "prepare_task", "task_kind", "task_options"]
 
 # task name -> (module, builder function, the module's estimate of the bytes the builder
 # generates in memory from its options, if it generates data)
@@ -38,6 +38,12 @@ _TASKS: dict[str, tuple[str, str, str | None]] = {
     "coco-files": ("trainers.tasks.coco_files", "build", None),
     "image-folder": ("trainers.tasks.image_folder", "build", None),
     "cifar": ("trainers.tasks.images", "build_cifar", None),
+}
+# The kind of each task's geometry, known without building its data (the tests build each and
+# compare): what lets a study refuse a family of another kind before it reads a file.
+_KINDS: dict[str, TaskKind] = {
+    "synthetic-vqa": "vqa", "synthetic-captions": "caption", "digits": "image",
+    "vqa-files": "vqa", "coco-files": "caption", "image-folder": "image", "cifar": "image",
 }
 
 #: The tasks whose files are parsed once per node into prepared arrays (their modules'
@@ -75,9 +81,21 @@ _TYPES: dict[str, tuple[tuple[type, ...], str]] = {
 _NON_NEGATIVE = {"seed", "noise", "synonym_rate"}
 
 
-def list_tasks() -> list[str]:
-    """Names of the trainable tasks: the built-in proxy tasks, then the file formats."""
-    return list(_TASKS)
+def list_tasks(kind: TaskKind | None = None) -> list[str]:
+    """Names of the trainable tasks (of ``kind`` only, if given): the built-in proxy tasks,
+    then the file formats."""
+    return [name for name in _TASKS if kind is None or _KINDS[name] == kind]
+
+
+def task_kind(name: str) -> TaskKind:
+    """The kind of trainable task ``name`` (``image``, ``vqa``, ``caption``), without building it.
+
+    Raises:
+        ConfigError: an unknown task.
+    """
+    if name not in _KINDS:
+        raise ConfigError(f"Unknown task {name!r}; trainable tasks are {list_tasks()}.")
+    return _KINDS[name]
 
 
 def _builder(name: str) -> Callable[..., TaskData]:
