@@ -3,7 +3,9 @@
 Optuna's storage is the source of truth: studies, trials, parameters, objective values and the
 architecture / cost / reason of each trial (as trial user attributes). What Optuna lacks is a
 per-epoch table with several metrics per epoch; ``nas_epochs`` holds it, beside Optuna's tables
-in the same database. ``session()`` is the one place that turns driver errors into ours.
+in the same database. ``session()`` is the one place that turns driver errors into ours, and
+``retrying()`` retries a call while a database server's connection is lost; both are used inside
+``studies.store`` only (callers go through ``StudyStore``).
 
 Writers (``nas run``, ``nas resume``) open the storage as Optuna does, creating what is missing.
 Readers (``status``, ``pareto``, ``export``, the dashboard) open it with ``read_only=True``: the
