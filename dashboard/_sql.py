@@ -29,6 +29,7 @@ from optuna.distributions import (
 from sqlalchemy.engine import Connection
 
 from studies.store import StoredValueError, stored
+from studies.text import first_line
 
 # Optuna's tables, as much of them as the dashboard reads (the schema of optuna >= 3). Enumerated
 # columns are read as text (see ``as_text``).
@@ -202,14 +203,10 @@ def distribution(text: Any, *, study: str, name: str,
     try:
         return json_to_distribution(text)
     except _DISTRIBUTION_ERRORS as exc:
+        reason = stored.inert(first_line(exc, limit=200, default="no detail"))
         raise StoredValueError(study, key, f"is not an Optuna distribution "
-                                           f"({type(exc).__name__}: {_brief(exc)})",
+                                           f"({type(exc).__name__}: {reason})",
                                trial=trial) from None
-
-
-def _brief(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return stored.inert(lines[0][:200]) if lines else "no detail"
 
 
 def decode_params(rows: pd.DataFrame, *, study: str,

@@ -647,7 +647,7 @@ def seed_noise(promoted: StudyData, links: pd.DataFrame) -> pd.DataFrame:
     source trial it does not stand out from (``neighbour``, -1 for none). ``promoted``: the
     promoted study; ``links``: its :func:`load_promotion`. Empty when it has no accuracy or
     no trial with 2 seeds."""
-    from studies.noise import within_noise
+    from studies.noise import noisy_points, spreads
 
     names = list(promoted.objectives)
     empty = pd.DataFrame({c: pd.Series(dtype=float) for c in NOISE_COLUMNS})
@@ -655,22 +655,20 @@ def seed_noise(promoted: StudyData, links: pd.DataFrame) -> pd.DataFrame:
         return empty
     rows = promoted.complete()[["number", *names]].merge(
         links[["number", "source_trial"]], on="number")
-    groups = rows.groupby("source_trial", sort=True)
-    acc = groups["accuracy"].agg(["count", "mean", "std", "min", "max"])
-    acc = acc[acc["count"] >= 2]
-    if acc.empty:
+    groups = {int(source): group[names].to_numpy(dtype=float).tolist()
+              for source, group in rows.groupby("source_trial", sort=True)}
+    points = noisy_points(spreads(groups, names).values(), names,
+                          list(promoted.info.directions))
+    if not points:
         return empty
-    means = groups[names].mean().loc[acc.index].to_numpy(dtype=float)
-    stds = np.zeros_like(means)
-    stds[:, names.index("accuracy")] = acc["std"].to_numpy(dtype=float)
-    marks = within_noise(means.tolist(), stds.tolist(), list(promoted.info.directions))
-    sources = acc.index.to_numpy(dtype=int)
+    kept = [points[s] for s in sorted(points)]
     return pd.DataFrame({
-        "source_trial": sources, "seeds": acc["count"].to_numpy(dtype=int),
-        "mean": acc["mean"].to_numpy(dtype=float), "std": acc["std"].to_numpy(dtype=float),
-        "min": acc["min"].to_numpy(dtype=float), "max": acc["max"].to_numpy(dtype=float),
-        "within_noise": np.array([m is not None for m in marks], dtype=bool),
-        "neighbour": np.array([-1 if m is None else int(sources[m]) for m in marks],
+        "source_trial": np.array([p.spread.source_trial for p in kept], dtype=int),
+        "seeds": np.array([p.spread.seeds for p in kept], dtype=int),
+        **{column: np.array([getattr(p.spread, column) for p in kept], dtype=float)
+           for column in ("mean", "std", "min", "max")},
+        "within_noise": np.array([p.within_noise for p in kept], dtype=bool),
+        "neighbour": np.array([-1 if p.neighbour is None else p.neighbour for p in kept],
                               dtype=int)})
 
 

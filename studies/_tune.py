@@ -23,6 +23,7 @@ from nas.errors import ConfigError, NasError, RunAborted
 from studies._trials import Evaluator, StudyRun
 from studies.spec import StudySpec
 from studies.store import COUNTED_EXCLUDED, StudyKey, parsed_trials
+from studies.text import first_line
 
 if TYPE_CHECKING:  # Ray Tune is imported when a study runs, not by `nas status`
     from studies.asha import Rungs
@@ -206,7 +207,7 @@ def fit(run: StudyRun, evaluator: Evaluator | None, pool: int, deadline: float,
     finally:
         searcher.close()
         left = searcher.unclosed + _close_leftovers(run)
-    fault = searcher.fault or (_first_line(error) if error is not None else "")
+    fault = searcher.fault or (first_line(error, typed=True) if error is not None else "")
     if fault:
         if left:
             closed = ("Trials it could not close (the database could not be written) are "
@@ -252,11 +253,6 @@ def trial_resources(run: StudyRun, evaluator: Evaluator | None,
     cap = max((n.get("memory", 0.0) for n in nodes), default=float(baseline))
     resources = TrialResources(run.spec.resources, baseline, run.geometry, cap)
     return resources, max(1, min(pool, count_slots(nodes, run.spec.resources, baseline)))
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def validation_samples(spec: StudySpec) -> int | None:

@@ -24,6 +24,7 @@ import numpy as np
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from studies.pareto import nondominated_ranks, to_minimization
+from studies.tune_report import EpochResult, kind_of
 
 __all__ = ["MultiObjectiveASHA", "Rungs", "priority_order"]
 
@@ -121,8 +122,9 @@ class Rungs:
 class MultiObjectiveASHA(FIFOScheduler):
     """Tune scheduler: STOP a trial at a rung where :class:`Rungs` says so.
 
-    It reads the per-epoch reports of ``studies.worker.trainable`` (``kind: epoch``, ``epoch``,
-    ``value``) and each trial's ``number`` and ``cost_vector`` from its config. ``on_stop`` is
+    It reads the per-epoch reports of ``studies.worker.trainable`` (``studies.tune_report``'s
+    ``EpochResult``: its epoch and value) and each trial's ``number`` and ``cost_vector`` from
+    its config. ``on_stop`` is
     told the Tune id of each trial it stops and the epoch it stops at (the searcher records
     the trial as stopped when Tune ends it).
     """
@@ -134,11 +136,13 @@ class MultiObjectiveASHA(FIFOScheduler):
         self.on_stop = on_stop
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
-        value = result.get("value")
-        if result.get("kind") != "epoch" or not isinstance(value, (int, float)):
+        if kind_of(result) != "epoch":
             return TrialScheduler.CONTINUE
-        vector = [float(value), *trial.config.get("cost_vector", [])]
-        epoch = int(result["epoch"])
+        report = EpochResult.from_tune(result)
+        if not isinstance(report.value, (int, float)):
+            return TrialScheduler.CONTINUE
+        vector = [float(report.value), *trial.config.get("cost_vector", [])]
+        epoch = report.epoch
         if self.rungs.should_stop(int(trial.config["number"]), epoch, vector):
             if self.on_stop is not None:
                 self.on_stop(trial.trial_id, epoch)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from nas.errors import ConfigError, NasError
 from studies._ray_auth import check_ray_token, token_error
 from studies.spec import Resources
+from studies.text import first_line
 
 if TYPE_CHECKING:
     from ray.tune import PlacementGroupFactory
@@ -106,8 +107,8 @@ def _init(address: str | None) -> None:
     except AuthenticationError:  # token mode on here, but no token to be found
         raise token_error(address or "local") from None
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise NasError(f"Cannot reach the Ray cluster at {address!r}: {first}") from None
+        raise NasError(f"Cannot reach the Ray cluster at {address!r}: "
+                       f"{first_line(exc)}") from None
 
 
 def _fits(node: Mapping[str, float], resources: Resources, memory: float) -> bool:

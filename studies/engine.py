@@ -158,6 +158,7 @@ def _existing_names(url: str) -> list[str]:
         return []
     return study_names(url)
 
+
 def _store_reference(run: StudyRun) -> None:
     """Store the reference of a study created before references were stored (``nas resume``),
     derived from its study file, space and geometry, and say so."""

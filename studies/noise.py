@@ -3,20 +3,22 @@ points stand out from it.
 
 ``nas promote NAME --seeds N`` trains each chosen trial N times, with N seeds, in the promoted
 study (each promoted trial names its source trial, ``TrialKey.SOURCE_TRIAL``, and its seed,
-``TrialKey.SEED``). Nothing more is stored: :func:`seed_spread` computes each source trial's
-mean, sample standard deviation, minimum and maximum accuracy over its completed seeds from the
-promoted study's trials as Optuna stores them, the source of truth (a resumed promotion counts
-the seeds it has so far). The costs (params, MAdds) are deterministic: their spread is 0.
+``TrialKey.SEED``). Nothing more is stored: :func:`spreads` computes each source trial's mean,
+sample standard deviation, minimum and maximum accuracy over its completed seeds
+(:func:`seed_spread` from the promoted study's trials as Optuna stores them, the source of
+truth: a resumed promotion counts the seeds it has so far; the dashboard from its own read of
+them). The costs (params, MAdds) are deterministic: their spread is 0.
 
-:func:`within_noise` is the test. :func:`noisy_front` puts both together for a study's front
-(``nas pareto``, the dashboard).
+:func:`within_noise` is the test, :func:`noisy_points` applies it to the seeded trials of a
+promotion, and :func:`noisy_front` puts them together for a study's front (``nas pareto``; the
+dashboard calls :func:`spreads` and :func:`noisy_points` on its own read).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +26,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from studies.store import StudyAttrs, StudyStore, UnknownStudyError, trial_attrs
 
-__all__ = ["NoisyPoint", "SeedSpread", "noisy_front", "seed_spread", "spread_of",
-           "within_noise"]
+__all__ = ["NoisyPoint", "SeedSpread", "noisy_front", "noisy_points", "seed_spread",
+           "spread_of", "spreads", "within_noise"]
 
 
 @dataclass(frozen=True)
@@ -55,10 +57,8 @@ def spread_of(trials: Sequence[FrozenTrial], objective_names: Sequence[str],
     """Each source trial's :class:`SeedSpread` over the completed trials of a promoted study
     (``study`` names it in the error about a stored value that does not parse); empty for a
     study without an accuracy objective."""
-    names = list(objective_names)
-    if "accuracy" not in names:
+    if "accuracy" not in objective_names:
         return {}
-    accuracy = names.index("accuracy")
     groups: dict[int, list[Sequence[float]]] = defaultdict(list)
     for t in trials:
         if t.state != TrialState.COMPLETE or t.values is None:
@@ -66,6 +66,18 @@ def spread_of(trials: Sequence[FrozenTrial], objective_names: Sequence[str],
         source = trial_attrs(study, t.number, t.user_attrs).source_trial
         if source is not None:
             groups[source].append(t.values)
+    return spreads(groups, objective_names)
+
+
+def spreads(groups: Mapping[int, Sequence[Sequence[float]]],
+            objective_names: Sequence[str]) -> dict[int, SeedSpread]:
+    """Each source trial's :class:`SeedSpread` from its seeds' objective vectors (``groups``:
+    by source trial number, each vector in the order of ``objective_names``); empty without an
+    accuracy objective."""
+    names = list(objective_names)
+    if "accuracy" not in names:
+        return {}
+    accuracy = names.index("accuracy")
     out: dict[int, SeedSpread] = {}
     for source, rows in sorted(groups.items()):
         acc = [float(r[accuracy]) for r in rows]
@@ -153,14 +165,25 @@ def noisy_front(attrs: StudyAttrs,
         except UnknownStudyError:
             continue  # a deleted promotion
         names = list(promoted.objectives)
-        seeded = [s for s in spread_of(trials, names, name).values() if s.std is not None]
-        if not seeded:  # no accuracy, or no trial trained twice
-            continue
-        accuracy = names.index("accuracy")
-        stds = [[(s.std or 0.0) if k == accuracy else 0.0 for k in range(len(names))]
-                for s in seeded]
-        marks = within_noise([list(s.means) for s in seeded], stds, directions)
-        return name, {s.source_trial: NoisyPoint(s, None if m is None
-                                                 else seeded[m].source_trial)
-                      for s, m in zip(seeded, marks, strict=True)}
+        points = noisy_points(spread_of(trials, names, name).values(), names, directions)
+        if points:  # else no accuracy, or no trial trained twice
+            return name, points
     return None, {}
+
+
+def noisy_points(spread: Iterable[SeedSpread], objective_names: Sequence[str],
+                 directions: Sequence[str]) -> dict[int, NoisyPoint]:
+    """:func:`within_noise` over the seeded trials of ``spread`` (those with 2 seeds or more:
+    a trial with one has no spread and is no point of the test), on their means of every
+    objective and their accuracy's seed std (the costs' is 0): each one's :class:`NoisyPoint`,
+    by source trial."""
+    seeded = [s for s in spread if s.std is not None]
+    if not seeded:
+        return {}
+    names = list(objective_names)
+    accuracy = names.index("accuracy")
+    stds = [[(s.std or 0.0) if k == accuracy else 0.0 for k in range(len(names))]
+            for s in seeded]
+    marks = within_noise([list(s.means) for s in seeded], stds, directions)
+    return {s.source_trial: NoisyPoint(s, None if m is None else seeded[m].source_trial)
+            for s, m in zip(seeded, marks, strict=True)}

@@ -39,7 +39,6 @@ __all__ = [
     "ideal_point",
     "nondominated_mask",
     "nondominated_ranks",
-    "normalise",
     "normalized_hypervolume",
     "pareto_sweep",
     "running_front",
@@ -163,19 +162,6 @@ def hypervolume(points: np.ndarray, ref: np.ndarray) -> float:
     if len(inside) == 0:
         return 0.0
     return _hv(inside[nondominated_mask(inside)], ref)
-
-
-def normalise(values: Values, directions: Sequence[str]) -> tuple[
-    np.ndarray, np.ndarray
-]:
-    """``values`` for minimisation with each objective scaled to [0, 1] over all of them, and
-    the reference point (1.1 everywhere): a scale relative to the trials given, for comparing
-    arms of one experiment with each other (``benchmarks/search.py``). What the project prints
-    is :func:`scale_to_reference`'s fixed scale."""
-    points = to_minimization(values, directions)
-    low, high = points.min(axis=0), points.max(axis=0)
-    span = np.where(high > low, high - low, 1.0)
-    return (points - low) / span, np.full(points.shape[1], 1.1)
 
 
 def ideal_point(directions: Sequence[str]) -> np.ndarray:

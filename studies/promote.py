@@ -37,7 +37,7 @@ from studies.evaluator import resolve_evaluator
 from studies.fidelity import fidelity, rank_agreement, record_fidelity
 from studies.pareto import nondominated_mask, to_minimization
 from studies.spec import StudySpec
-from studies.store import StudyKey, StudyStore, TrialKey, parsed_trials, study_names
+from studies.store import StudyKey, StudyStore, TrialKey, parsed_trials
 
 __all__ = ["DEFAULT_TOP", "EPOCH_FACTOR", "Plan", "fidelity", "plan_promotion", "promote",
            "promoted_pairs", "rank_agreement", "record_fidelity", "select_trials"]
@@ -157,7 +157,7 @@ def plan_promotion(name: str, storage_url: str | None = None, *, top: int = DEFA
     task_name = task or spec.task
     data = spec.to_dict()
     data.update({
-        "name": _free_name(f"{name}-promoted", study_names(source.store.url)),
+        "name": _free_name(f"{name}-promoted", source.store.names()),
         "description": f"Trials of {name!r} retrained at a higher fidelity (nas promote).",
         # The space the source's trials were drawn from, as stored: their parameters are
         # enqueued, and a stored path is not a file to read.

@@ -25,7 +25,7 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import optuna
@@ -44,6 +44,8 @@ from studies.constraints import cost_dict, violations
 from studies.costaware import Costing, bind
 from studies.objectives import objective_values
 from studies.store import Status, StorageError, StoredValueError, TrialKey, study_attrs
+from studies.text import first_line
+from studies.tune_report import EpochResult, FinalResult, kind_of
 
 if TYPE_CHECKING:  # the cost model (torch) is imported when the first trial is costed
     from nas.config import ArchConfig
@@ -237,14 +239,14 @@ class StudySearcher(Searcher):
             return
         self.live.pop(trial_id)
         result = result or {}
-        if trial_id in self.stopped_at:
+        if trial_id in self.stopped_at:  # its last result is the epoch it was stopped at
             self.stopped_at.pop(trial_id)
-            self._finish(candidate, {**result, "status": Status.STOPPED,
-                                     "seconds": result.get("time_total_s"),
-                                     "reason": "stopped early by the scheduler at epoch "
-                                               f"{candidate.epochs_reached}"})
-        elif result.get("kind") == "final":
-            self._finish(candidate, result)
+            self._finish(candidate, replace(
+                FinalResult.from_tune(result), status=Status.STOPPED,
+                seconds=result.get("time_total_s"),
+                reason=f"stopped early by the scheduler at epoch {candidate.epochs_reached}"))
+        elif kind_of(result) == "final":
+            self._finish(candidate, FinalResult.from_tune(result))
         else:  # Tune ended it before its final report: the run is ending under it
             self._interrupt(candidate)
 
@@ -260,23 +262,17 @@ class StudySearcher(Searcher):
         final report carries the last epoch (``studies.worker.trainable`` sends them as one):
         recorded here, with that epoch's own value, unless an epoch report already did."""
         candidate = self.live.get(trial_id)
-        kind = result.get("kind")
-        if candidate is None or kind not in ("epoch", "final"):
+        kind = kind_of(result)
+        if candidate is None or kind is None:
             return
-        epoch = int(result.get("epoch") or 0)
         if kind == "final":
-            if epoch <= candidate.epochs_reached:
+            epoch = FinalResult.from_tune(result).epoch
+            if epoch is None or epoch.epoch <= candidate.epochs_reached:
                 return
-            result = {**result, "value": result.get("epoch_value")}
-        candidate.epochs_reached = max(candidate.epochs_reached, epoch)
-        try:
-            extra = json.loads(result.get("extra") or "{}")
-        except (TypeError, ValueError):
-            extra = {}
-        self.store.record_epoch(self.run.study, candidate.trial, {
-            "epoch": epoch, "train_loss": result.get("train_loss"), "metric": result.get("metric"),
-            "value": result.get("value"), "seconds": result.get("epoch_seconds"),
-            "extra": extra})
+        else:
+            epoch = EpochResult.from_tune(result)
+        candidate.epochs_reached = max(candidate.epochs_reached, epoch.epoch)
+        self.store.record_epoch(self.run.study, candidate.trial, epoch.record())
 
     @_guarded
     def record_error(self, trial_id: str, message: str, *, worker_setup: bool,
@@ -295,7 +291,7 @@ class StudySearcher(Searcher):
         if infrastructure:
             self._lost(candidate, message)
             return
-        self._finish(candidate, {"status": Status.FAILED, "reason": message})
+        self._finish(candidate, FinalResult(Status.FAILED, reason=message))
 
     def _lost(self, candidate: _Candidate, message: str) -> None:
         """An infrastructure fault, not a failed architecture: the trial is closed as
@@ -307,8 +303,9 @@ class StudySearcher(Searcher):
         if self.infrastructure[key] > MAX_INFRASTRUCTURE_RERUNS:
             self._note(f"trial {number}: its worker was lost again ({message}); failed after "
                        f"{MAX_INFRASTRUCTURE_RERUNS} runs again")
-            self._finish(candidate, {"status": Status.FAILED, "reason": f"infrastructure "
-                                     f"fault, {self.infrastructure[key]} times: {message}"})
+            self._finish(candidate, FinalResult(
+                Status.FAILED,
+                reason=f"infrastructure fault, {self.infrastructure[key]} times: {message}"))
             return
         self.pace.ended(key)
         self.store.close_interrupted(self.run.study, [candidate.trial], space=self.run.space,
@@ -468,30 +465,30 @@ class StudySearcher(Searcher):
             return
         self._told(Status.INTERRUPTED)
 
-    def _finish(self, candidate: _Candidate, result: dict[str, Any]) -> None:
+    def _finish(self, candidate: _Candidate, end: FinalResult) -> None:
         """Tell how a trained trial ended; its twins are released at the next suggest."""
         spec, trial = self.run.spec, candidate.trial
         self.pace.ended(candidate.key)
-        status = result.get("status") or Status.FAILED
-        reached = result.get("epochs_reached")
+        reached = end.epochs_reached
         attrs: dict[str, Any] = {
             TrialKey.EPOCHS_REACHED: reached if isinstance(reached, int)
             else candidate.epochs_reached,
         }
-        for key, name in ((TrialKey.SECONDS, "seconds"), (TrialKey.NODE, "node"),
-                          (TrialKey.SAMPLES_PER_SECOND, "samples_per_second"),
-                          (TrialKey.LATENCY_MS, "latency_ms"), (TrialKey.REASON, "reason"),
-                          (TrialKey.CHECKPOINT, "checkpoint")):
-            if result.get(name) is not None:
-                attrs[key] = result[name]
-        if status == Status.COMPLETED:
-            values = objective_values(spec.objectives, candidate.attrs[TrialKey.COST], result)
+        for key, value in ((TrialKey.SECONDS, end.seconds), (TrialKey.NODE, end.node),
+                           (TrialKey.SAMPLES_PER_SECOND, end.samples_per_second),
+                           (TrialKey.LATENCY_MS, end.latency_ms), (TrialKey.REASON, end.reason),
+                           (TrialKey.CHECKPOINT, end.checkpoint)):
+            if value is not None:
+                attrs[key] = value
+        if end.status == Status.COMPLETED:
+            values = objective_values(spec.objectives, candidate.attrs[TrialKey.COST],
+                                      end.measured())
             limit = spec.constraints.get("latency_ms_max")
             if isinstance(values, str):
                 attrs[TrialKey.REASON] = values
-            elif limit is not None and (result.get("latency_ms") or 0.0) > limit:
+            elif limit is not None and (end.latency_ms or 0.0) > limit:
                 self.store.record_rejected(self.run.study, trial,
-                                           f"latency_ms {result['latency_ms']:.2f} breaks "
+                                           f"latency_ms {end.latency_ms:.2f} breaks "
                                            f"latency_ms_max={limit:g}", attrs)
                 self._told(Status.REJECTED)
                 return
@@ -502,7 +499,7 @@ class StudySearcher(Searcher):
                                                    attrs[TrialKey.EPOCHS_REACHED],
                                                    attrs.get(TrialKey.CHECKPOINT))
                 return
-        if status == Status.STOPPED:
+        if end.status == Status.STOPPED:
             self.store.record_stopped(self.run.study, trial, attrs)
             self._told(Status.STOPPED)
             return
@@ -543,8 +540,7 @@ def _error_text(trial: Any) -> tuple[str, bool]:
         infrastructure = _infrastructure(error) or _infrastructure(cause)
         text = f"{type(cause).__name__}: {cause}"
         if infrastructure:  # Ray's text of a lost worker is a page; its first line says it
-            first = [line.strip() for line in str(cause).splitlines() if line.strip()]
-            return f"{type(cause).__name__}: {first[0] if first else ''}".rstrip(": "), True
+            return first_line(cause, typed=True), True
     except Exception:  # no pickled error (e.g. not a task or actor error): Tune's text file
         try:
             with open(trial.error_file) as f:

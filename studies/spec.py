@@ -85,77 +85,6 @@ def default_sampler(sources: Sequence[str]) -> dict[str, Any]:
     return dict(DEFAULT_SAMPLER if known_before_training(sources) else MEASURED_DEFAULT)
 
 
-@dataclass(frozen=True)
-class Budget:
-    """``trials``: the total of counted trials; ``timeout_minutes``: the wall-clock limit of
-    each run (``nas run``, and each ``nas resume``), as Optuna's ``timeout`` limits each
-    ``optimize`` call."""
-
-    trials: int
-    timeout_minutes: float | None = None
-
-    def grown(self, *, counted: int, trials: int | None = None,
-              timeout_minutes: float | None = None) -> Budget:
-        """This budget with a new total of ``trials`` and/or a new ``timeout_minutes`` (``nas
-        resume --trials N --timeout-minutes M``), for a study that has ``counted`` trials.
-
-        Raises:
-            ConfigError: a total below ``counted`` (the message names both numbers), or a value
-                outside the bounds a study file has.
-        """
-        if trials is not None:
-            if isinstance(trials, bool) or not isinstance(trials, int) or not (
-                    1 <= trials <= _MAX_TRIALS):
-                raise ConfigError(f"--trials must be an integer from 1 to {_MAX_TRIALS}, but "
-                                  f"got {trials!r}.")
-            if trials < counted:
-                raise ConfigError(
-                    f"--trials {trials} is fewer than the {counted} trials the study has already "
-                    f"counted; --trials is the new total budget: pass {counted} or more.")
-        if timeout_minutes is not None and not (
-                isinstance(timeout_minutes, (int, float)) and not isinstance(timeout_minutes, bool)
-                and 0 < timeout_minutes <= _MAX_MINUTES):
-            raise ConfigError(f"--timeout-minutes must be a number of minutes above 0 and at "
-                              f"most {_MAX_MINUTES:g}, but got {timeout_minutes!r}.")
-        return Budget(trials=self.trials if trials is None else trials,
-                      timeout_minutes=(self.timeout_minutes if timeout_minutes is None
-                                       else float(timeout_minutes)))
-
-
-@dataclass(frozen=True)
-class Fidelity:
-    """Epochs per trial and the early-stopping schedule across trials.
-
-    ``early_stopping`` is ``none`` or ``asha`` (multi-objective: a trial continues past a rung
-    when it is non-dominated among the trials that reached that rung, or in the best
-    1/reduction_factor of them); rungs at ``grace_epochs * reduction_factor**i``.
-    """
-
-    epochs: int = 3
-    early_stopping: Literal["none", "asha"] = "none"
-    grace_epochs: int = 1
-    reduction_factor: int = 2
-
-
-@dataclass(frozen=True)
-class Resources:
-    cpu: float = 1.0
-    gpu: float = 0.0
-
-
-@dataclass(frozen=True)
-class TuneOptions:
-    """Ray Tune's options of a study (study key ``tune``)."""
-
-    callbacks: tuple[str, ...] = ("csv", "json")
-    max_failures: int = 0
-    storage_path: str | None = None  # absolute; None: nas_runs/<study> where the run starts
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"callbacks": list(self.callbacks), "max_failures": self.max_failures,
-                **({"storage_path": self.storage_path} if self.storage_path else {})}
-
-
 def _mapping(value: Any, key: str) -> dict[str, Any]:
     if value is None:
         return {}
@@ -207,6 +136,161 @@ def _check_name(name: Any) -> str:
         raise ConfigError(f"Study name {name!r} must be one line of at most 200 characters, "
                           "without slashes or control characters, not starting with '.'.")
     return name
+
+
+def _folder(value: Any, key: str) -> str | None:
+    """A folder a study file names (``checkpoints``, ``tune.storage_path``), relative to where
+    ``nas run`` runs, stored absolute so that a resume finds the same place."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"Study key `{key}` must be a directory path, but got {value!r}.")
+    return str(Path(value.strip()).expanduser().absolute())
+
+
+@dataclass(frozen=True)
+class Budget:
+    """``trials``: the total of counted trials; ``timeout_minutes``: the wall-clock limit of
+    each run (``nas run``, and each ``nas resume``), as Optuna's ``timeout`` limits each
+    ``optimize`` call."""
+
+    trials: int
+    timeout_minutes: float | None = None
+
+    @classmethod
+    def from_dict(cls, value: Any) -> Budget:
+        """Study key ``budget``: ``{trials: N, timeout_minutes: M}``, ``trials`` required."""
+        data = _mapping(value, "budget")
+        _only(data, ("trials", "timeout_minutes"), "budget")
+        if "trials" not in data:
+            raise ConfigError("Study key `budget` needs `trials`, e.g. {trials: 12}.")
+        timeout = data.get("timeout_minutes")
+        return cls(
+            trials=_number(data["trials"], "budget.trials", minimum=1, maximum=_MAX_TRIALS,
+                           integer=True),
+            timeout_minutes=None if timeout is None else float(
+                _number(timeout, "budget.timeout_minutes", maximum=_MAX_MINUTES)),
+        )
+
+    def grown(self, *, counted: int, trials: int | None = None,
+              timeout_minutes: float | None = None) -> Budget:
+        """This budget with a new total of ``trials`` and/or a new ``timeout_minutes`` (``nas
+        resume --trials N --timeout-minutes M``), for a study that has ``counted`` trials.
+
+        Raises:
+            ConfigError: a total below ``counted`` (the message names both numbers), or a value
+                outside the bounds a study file has.
+        """
+        if trials is not None:
+            if isinstance(trials, bool) or not isinstance(trials, int) or not (
+                    1 <= trials <= _MAX_TRIALS):
+                raise ConfigError(f"--trials must be an integer from 1 to {_MAX_TRIALS}, but "
+                                  f"got {trials!r}.")
+            if trials < counted:
+                raise ConfigError(
+                    f"--trials {trials} is fewer than the {counted} trials the study has already "
+                    f"counted; --trials is the new total budget: pass {counted} or more.")
+        if timeout_minutes is not None and not (
+                isinstance(timeout_minutes, (int, float)) and not isinstance(timeout_minutes, bool)
+                and 0 < timeout_minutes <= _MAX_MINUTES):
+            raise ConfigError(f"--timeout-minutes must be a number of minutes above 0 and at "
+                              f"most {_MAX_MINUTES:g}, but got {timeout_minutes!r}.")
+        return Budget(trials=self.trials if trials is None else trials,
+                      timeout_minutes=(self.timeout_minutes if timeout_minutes is None
+                                       else float(timeout_minutes)))
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """Epochs per trial and the early-stopping schedule across trials.
+
+    ``early_stopping`` is ``none`` or ``asha`` (multi-objective: a trial continues past a rung
+    when it is non-dominated among the trials that reached that rung, or in the best
+    1/reduction_factor of them); rungs at ``grace_epochs * reduction_factor**i``.
+    """
+
+    epochs: int = 3
+    early_stopping: Literal["none", "asha"] = "none"
+    grace_epochs: int = 1
+    reduction_factor: int = 2
+
+    @classmethod
+    def from_dict(cls, value: Any) -> Fidelity:
+        """Study key ``fidelity`` (each key optional)."""
+        data = _mapping(value, "fidelity")
+        _only(data, ("epochs", "early_stopping", "grace_epochs", "reduction_factor"), "fidelity")
+        stopping = data.get("early_stopping", "none")
+        if stopping is None or stopping is False:
+            stopping = "none"
+        if stopping not in ("none", "asha"):
+            raise ConfigError(f"Study key `fidelity.early_stopping` must be 'none' or 'asha', "
+                              f"but got {stopping!r}.")
+        return cls(
+            epochs=_number(data.get("epochs", 3), "fidelity.epochs", minimum=1,
+                           maximum=_MAX_EPOCHS, integer=True),
+            early_stopping=stopping,
+            grace_epochs=_number(data.get("grace_epochs", 1), "fidelity.grace_epochs",
+                                 minimum=1, maximum=_MAX_EPOCHS, integer=True),
+            reduction_factor=_number(data.get("reduction_factor", 2),
+                                     "fidelity.reduction_factor", maximum=_MAX_EPOCHS,
+                                     minimum=2, integer=True),
+        )
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What each trial asks Ray for (study key ``resources``)."""
+
+    cpu: float = 1.0
+    gpu: float = 0.0
+
+    @classmethod
+    def from_dict(cls, value: Any) -> Resources:
+        """Study key ``resources``: ``{cpu: 1, gpu: 0.5}``, some cpu or gpu."""
+        data = _mapping(value, "resources")
+        _only(data, ("cpu", "gpu"), "resources")
+        resources = cls(
+            cpu=float(_number(data.get("cpu", 1), "resources.cpu", maximum=_MAX_DEVICES)),
+            gpu=float(_number(data.get("gpu", 0), "resources.gpu", maximum=_MAX_DEVICES)))
+        if resources.cpu <= 0 and resources.gpu <= 0:
+            raise ConfigError("Study key `resources` must ask for some cpu or gpu per trial.")
+        return resources
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """Ray Tune's options of a study (study key ``tune``)."""
+
+    callbacks: tuple[str, ...] = ("csv", "json")
+    max_failures: int = 0
+    storage_path: str | None = None  # absolute; None: nas_runs/<study> where the run starts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"callbacks": list(self.callbacks), "max_failures": self.max_failures,
+                **({"storage_path": self.storage_path} if self.storage_path else {})}
+
+    @classmethod
+    def from_dict(cls, value: Any) -> TuneOptions:
+        """Study key ``tune`` (each key optional; ``json`` is always among the callbacks)."""
+        options = _mapping(value, "tune")
+        _only(options, ("callbacks", "max_failures", "storage_path"), "tune")
+        callbacks = options.get("callbacks", ["csv", "json"])
+        if isinstance(callbacks, str):
+            callbacks = [callbacks]
+        if not isinstance(callbacks, list) or not all(isinstance(c, str) for c in callbacks):
+            raise ConfigError(f"Study key `tune.callbacks` must be a list of names from "
+                              f"{list(TUNE_CALLBACKS)}, but got {callbacks!r}.")
+        for name in callbacks:
+            if name not in TUNE_CALLBACKS:
+                raise ConfigError(f"Unknown Tune callback {name!r} in `tune.callbacks`; "
+                                  f"callbacks are {list(TUNE_CALLBACKS)}.")
+        ordered = tuple(dict.fromkeys([*callbacks, "json"]))
+        return cls(
+            callbacks=ordered, storage_path=_folder(options.get("storage_path"),
+                                                    "tune.storage_path"),
+            max_failures=_number(options.get("max_failures", 0), "tune.max_failures",
+                                 maximum=1000,
+                                 integer=True))
 
 
 @dataclass(frozen=True)
@@ -278,88 +362,24 @@ class StudySpec:
     # ------------------------------------------------------------------ parsing
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, name: str | None = None) -> StudySpec:
+        """A study file's mapping, validated key by key (in the order of the file's keys
+        below, so the first error is always the same); ``name`` overrides its ``name``."""
         if not isinstance(data, Mapping):
             raise ConfigError("A study file must hold a mapping.")
         _only(data, _KEYS, "file")
         study_name = _check_name(name or data.get("name"))
-
-        task = data.get("task")
-        if isinstance(task, str):
-            task_name, task_options = task, {}
-        elif isinstance(task, Mapping) and isinstance(task.get("name"), str):
-            task_options = {k: v for k, v in task.items() if k != "name"}
-            task_name = task["name"]
-        else:
-            raise ConfigError(f"Study key `task` must be a task name or a mapping with `name`, "
-                              f"but got {task!r}.")
-
+        task_name, task_options = _task(data.get("task"))
         space = data.get("space")
         if not isinstance(space, (str, Mapping)):
             raise ConfigError(f"Study key `space` must name a search space or hold one inline, "
                               f"but got {space!r}.")
-
-        objectives = cls._objectives(data.get("objectives"))
-        constraints = _mapping(data.get("constraints"), "constraints")
-        _only(constraints, _CONSTRAINTS, "constraints")
-        constraints = {k: float(_number(v, f"constraints.{k}")) for k, v in constraints.items()}
-
-        sources = [o.source for o in objectives]
-        sampler = _mapping(data.get("sampler") or default_sampler(sources), "sampler")
-        if not isinstance(sampler.get("name"), str):
-            raise ConfigError("Study key `sampler` needs a `name`, e.g. {name: nsga2}.")
-        if sampler["name"] == "costaware" and not known_before_training(sources):
-            later = [o.name for o in objectives if o.source not in ("metric", "cost")]
-            raise ConfigError(
-                "Sampler 'costaware' needs the task's metric and costs known before training "
-                "(params, madds) as the objectives; "
-                + (f"{later[0]!r} is measured after training." if later
-                   else "the objectives have no metric."))
-
-        budget_d = _mapping(data.get("budget"), "budget")
-        _only(budget_d, ("trials", "timeout_minutes"), "budget")
-        if "trials" not in budget_d:
-            raise ConfigError("Study key `budget` needs `trials`, e.g. {trials: 12}.")
-        timeout = budget_d.get("timeout_minutes")
-        budget = Budget(
-            trials=_number(budget_d["trials"], "budget.trials", minimum=1, maximum=_MAX_TRIALS,
-                           integer=True),
-            timeout_minutes=None if timeout is None else float(
-                _number(timeout, "budget.timeout_minutes", maximum=_MAX_MINUTES)),
-        )
-
-        fid = _mapping(data.get("fidelity"), "fidelity")
-        _only(fid, ("epochs", "early_stopping", "grace_epochs", "reduction_factor"), "fidelity")
-        stopping = fid.get("early_stopping", "none")
-        if stopping is None or stopping is False:
-            stopping = "none"
-        if stopping not in ("none", "asha"):
-            raise ConfigError(f"Study key `fidelity.early_stopping` must be 'none' or 'asha', "
-                              f"but got {stopping!r}.")
-        fidelity = Fidelity(
-            epochs=_number(fid.get("epochs", 3), "fidelity.epochs", minimum=1,
-                           maximum=_MAX_EPOCHS, integer=True),
-            early_stopping=stopping,
-            grace_epochs=_number(fid.get("grace_epochs", 1), "fidelity.grace_epochs", minimum=1,
-                                 maximum=_MAX_EPOCHS,
-                                 integer=True),
-            reduction_factor=_number(fid.get("reduction_factor", 2), "fidelity.reduction_factor",
-                                     maximum=_MAX_EPOCHS,
-                                     minimum=2, integer=True),
-        )
-
-        res = _mapping(data.get("resources"), "resources")
-        _only(res, ("cpu", "gpu"), "resources")
-        resources = Resources(
-            cpu=float(_number(res.get("cpu", 1), "resources.cpu", maximum=_MAX_DEVICES)),
-            gpu=float(_number(res.get("gpu", 0), "resources.gpu", maximum=_MAX_DEVICES)))
-        if resources.cpu <= 0 and resources.gpu <= 0:
-            raise ConfigError("Study key `resources` must ask for some cpu or gpu per trial.")
-
-        train = _mapping(data.get("train"), "train")
-        for key in ("epochs", "seed"):
-            if key in train:
-                raise ConfigError(f"Study key `train.{key}` is set by the study itself: use "
-                                  f"`{'fidelity.epochs' if key == 'epochs' else 'seed'}`.")
+        objectives = _objectives(data.get("objectives"))
+        constraints = _constraints(data.get("constraints"))
+        sampler = _sampler(data.get("sampler"), objectives)
+        budget = Budget.from_dict(data.get("budget"))
+        fidelity = Fidelity.from_dict(data.get("fidelity"))
+        resources = Resources.from_dict(data.get("resources"))
+        train = _train(data.get("train"))
         enqueue = data.get("enqueue") or []
         if not isinstance(enqueue, list):
             raise ConfigError("Study key `enqueue` must be a list of presets, files or mappings.")
@@ -368,79 +388,94 @@ class StudySpec:
                                           and _EVALUATOR.fullmatch(evaluator)):
             raise ConfigError(f"Study key `evaluator` must be 'module:function' (e.g. "
                               f"'my_trainer:evaluate'), but got {evaluator!r}.")
-        checkpoints = data.get("checkpoints")
-        if checkpoints is not None:
-            if not isinstance(checkpoints, str) or not checkpoints.strip():
-                raise ConfigError(f"Study key `checkpoints` must be a directory path, but got "
-                                  f"{checkpoints!r}.")
-            # Relative to where `nas run` runs; stored absolute, so a resume finds the same place.
-            checkpoints = str(Path(checkpoints.strip()).expanduser().absolute())
+        checkpoints = _folder(data.get("checkpoints"), "checkpoints")
+        tune = TuneOptions.from_dict(data.get("tune"))
         return cls(
-            tune=cls._tune(data.get("tune")),
             name=study_name, task=task_name, task_options=task_options,
             space=dict(space) if isinstance(space, Mapping) else space,
             objectives=objectives, constraints=constraints, sampler=sampler, budget=budget,
             fidelity=fidelity, resources=resources,
             seed=_number(data.get("seed", 0), "seed", maximum=_MAX_SEED, integer=True),
-            train=train,
-            enqueue=tuple(enqueue), description=str(data.get("description") or ""),
-            evaluator=evaluator, checkpoints=checkpoints, smoke=parse_smoke(data.get("smoke")),
+            train=train, enqueue=tuple(enqueue), description=str(data.get("description") or ""),
+            evaluator=evaluator, checkpoints=checkpoints, tune=tune,
+            smoke=parse_smoke(data.get("smoke")),
         )
 
-    @staticmethod
-    def _tune(value: Any) -> TuneOptions:
-        options = _mapping(value, "tune")
-        _only(options, ("callbacks", "max_failures", "storage_path"), "tune")
-        callbacks = options.get("callbacks", ["csv", "json"])
-        if isinstance(callbacks, str):
-            callbacks = [callbacks]
-        if not isinstance(callbacks, list) or not all(isinstance(c, str) for c in callbacks):
-            raise ConfigError(f"Study key `tune.callbacks` must be a list of names from "
-                              f"{list(TUNE_CALLBACKS)}, but got {callbacks!r}.")
-        for name in callbacks:
-            if name not in TUNE_CALLBACKS:
-                raise ConfigError(f"Unknown Tune callback {name!r} in `tune.callbacks`; "
-                                  f"callbacks are {list(TUNE_CALLBACKS)}.")
-        ordered = tuple(dict.fromkeys([*callbacks, "json"]))
-        storage_path = options.get("storage_path")
-        if storage_path is not None:
-            if not isinstance(storage_path, str) or not storage_path.strip():
-                raise ConfigError(f"Study key `tune.storage_path` must be a directory path, but "
-                                  f"got {storage_path!r}.")
-            storage_path = str(Path(storage_path.strip()).expanduser().absolute())
-        return TuneOptions(
-            callbacks=ordered, storage_path=storage_path,
-            max_failures=_number(options.get("max_failures", 0), "tune.max_failures",
-                                 maximum=1000,
-                                 integer=True))
 
-    @staticmethod
-    def _objectives(value: Any) -> tuple[Objective, ...]:
-        if value is None:
-            value = [{"name": "accuracy"}, {"name": "params"}, {"name": "madds"}]
-        if not isinstance(value, list) or not value:
-            raise ConfigError("Study key `objectives` must be a non-empty list of "
-                              "{name, direction}.")
-        out: list[Objective] = []
-        for item in value:
-            entry = {"name": item} if isinstance(item, str) else item
-            if not isinstance(entry, Mapping):
-                raise ConfigError(f"An objective must be {{name, direction}}, got {item!r}.")
-            _only(entry, ("name", "direction"), "objectives")
-            name = entry.get("name")
-            if not isinstance(name, str) or name not in OBJECTIVES:
-                raise ConfigError(f"Unknown objective {name!r}; objectives are "
-                                  f"{list(OBJECTIVES)}.")
-            declared = OBJECTIVES[name]
-            direction = entry.get("direction", declared.direction)
-            if direction not in ("minimize", "maximize"):
-                raise ConfigError(f"Objective {name!r}: direction must be 'minimize' or "
-                                  f"'maximize', but got {direction!r}.")
-            if any(o.name == name for o in out):
-                raise ConfigError(f"Objective {name!r} is listed twice.")
-            chosen: Direction = "minimize" if direction == "minimize" else "maximize"
-            out.append(dataclasses.replace(declared, direction=chosen))
-        return tuple(out)
+# ----------------------------------------------------------------------------- the keys
+def _task(value: Any) -> tuple[str, dict[str, Any]]:
+    """Study key ``task``: a task name, or a mapping with ``name`` and the task's options."""
+    if isinstance(value, str):
+        return value, {}
+    if isinstance(value, Mapping) and isinstance(value.get("name"), str):
+        return value["name"], {k: v for k, v in value.items() if k != "name"}
+    raise ConfigError(f"Study key `task` must be a task name or a mapping with `name`, "
+                      f"but got {value!r}.")
+
+
+def _objectives(value: Any) -> tuple[Objective, ...]:
+    """Study key ``objectives``: names of :data:`OBJECTIVES`, each with its default direction
+    unless it gives one (default: accuracy, params, madds)."""
+    if value is None:
+        value = [{"name": "accuracy"}, {"name": "params"}, {"name": "madds"}]
+    if not isinstance(value, list) or not value:
+        raise ConfigError("Study key `objectives` must be a non-empty list of "
+                          "{name, direction}.")
+    out: list[Objective] = []
+    for item in value:
+        entry = {"name": item} if isinstance(item, str) else item
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"An objective must be {{name, direction}}, got {item!r}.")
+        _only(entry, ("name", "direction"), "objectives")
+        name = entry.get("name")
+        if not isinstance(name, str) or name not in OBJECTIVES:
+            raise ConfigError(f"Unknown objective {name!r}; objectives are "
+                              f"{list(OBJECTIVES)}.")
+        declared = OBJECTIVES[name]
+        direction = entry.get("direction", declared.direction)
+        if direction not in ("minimize", "maximize"):
+            raise ConfigError(f"Objective {name!r}: direction must be 'minimize' or "
+                              f"'maximize', but got {direction!r}.")
+        if any(o.name == name for o in out):
+            raise ConfigError(f"Objective {name!r} is listed twice.")
+        chosen: Direction = "minimize" if direction == "minimize" else "maximize"
+        out.append(dataclasses.replace(declared, direction=chosen))
+    return tuple(out)
+
+
+def _constraints(value: Any) -> dict[str, float]:
+    """Study key ``constraints``: bounds from ``_CONSTRAINTS``, each a number."""
+    constraints = _mapping(value, "constraints")
+    _only(constraints, _CONSTRAINTS, "constraints")
+    return {k: float(_number(v, f"constraints.{k}")) for k, v in constraints.items()}
+
+
+def _sampler(value: Any, objectives: tuple[Objective, ...]) -> dict[str, Any]:
+    """Study key ``sampler`` (default: :func:`default_sampler` of the objectives' sources);
+    ``costaware`` only for objectives known before training."""
+    sources = [o.source for o in objectives]
+    sampler = _mapping(value or default_sampler(sources), "sampler")
+    if not isinstance(sampler.get("name"), str):
+        raise ConfigError("Study key `sampler` needs a `name`, e.g. {name: nsga2}.")
+    if sampler["name"] == "costaware" and not known_before_training(sources):
+        later = [o.name for o in objectives if o.source not in ("metric", "cost")]
+        raise ConfigError(
+            "Sampler 'costaware' needs the task's metric and costs known before training "
+            "(params, madds) as the objectives; "
+            + (f"{later[0]!r} is measured after training." if later
+               else "the objectives have no metric."))
+    return sampler
+
+
+def _train(value: Any) -> dict[str, Any]:
+    """Study key ``train``: fixed training settings, not the epochs nor the seed (the study's
+    own keys)."""
+    train = _mapping(value, "train")
+    for key in ("epochs", "seed"):
+        if key in train:
+            raise ConfigError(f"Study key `train.{key}` is set by the study itself: use "
+                              f"`{'fidelity.epochs' if key == 'epochs' else 'seed'}`.")
+    return train
 
 
 def load_study_spec(path: str | Path, *, name: str | None = None) -> StudySpec:

@@ -3,8 +3,9 @@
 ``evaluate_trial`` trains one architecture and returns a JSON-friendly result; it is testable
 without Ray. ``trainable`` is the Ray Tune function trainable that calls it (or a study's own
 evaluator with the same signature): it reports every epoch with ``ray.tune.report`` and, last, the
-trial's final result. Early stopping is Tune's: the scheduler's STOP ends the function at its
-next report. Task data is cached per worker process, so a reused actor builds it once.
+trial's final result (``studies.tune_report``'s ``EpochResult`` and ``FinalResult``). Early
+stopping is Tune's: the scheduler's STOP ends the function at its next report. Task data is
+cached per worker process, so a reused actor builds it once.
 
 The module imports no torch, timm, model or trainer code: only the path that trains (or measures
 latency) does, so a study whose evaluator trains nothing keeps its trial processes light (see
@@ -15,13 +16,14 @@ latency) does, so a study whose evaluator trains nothing keeps its trial process
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
+
+from studies.tune_report import EpochResult, FinalResult
 
 if TYPE_CHECKING:  # the workers import no storage code, and torch only to train
     from nas.config import ArchConfig
@@ -34,10 +36,6 @@ __all__ = ["EvaluatorUnavailable", "evaluate_trial", "evaluator_call", "measure_
            "task_data", "trainable"]
 
 _TASKS: dict[str, TaskData] = {}
-#: What the final report of a trial carries (the per-epoch reports carry ``epoch`` and its
-#: metrics); every report has every key, so Tune's CSV and dataframe columns are stable.
-FINAL_KEYS = ("status", "reason", "value", "seconds", "samples_per_second", "latency_ms",
-              "checkpoint", "node", "epochs_reached", "epoch_value")
 
 
 class EvaluatorUnavailable(RuntimeError):
@@ -111,18 +109,6 @@ def evaluate_trial(
     return out
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-
-
-def _epoch_metrics(epoch: dict[str, Any]) -> dict[str, Any]:
-    return {"kind": "epoch", "epoch": int(epoch["epoch"]), "metric": epoch.get("metric"),
-            "value": _number(epoch.get("value")), "train_loss": _number(epoch.get("train_loss")),
-            "lr": _number(epoch.get("lr")), "epoch_seconds": _number(epoch.get("seconds")),
-            "extra": json.dumps(epoch.get("extra") or {}),
-            **dict.fromkeys(k for k in FINAL_KEYS if k != "value")}
-
-
 def _planned_epochs(config: dict[str, Any]) -> int | None:
     epochs = (config.get("settings") or {}).get("epochs")
     return epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else None
@@ -166,16 +152,16 @@ def trainable(config: dict[str, Any], *, evaluator: bytes | None = None,
             function = cloudpickle.loads(evaluator)
         except Exception as exc:  # e.g. its module is not importable on this node
             raise EvaluatorUnavailable(f"{type(exc).__name__}: {exc}") from None
-    last: dict[str, Any] = {}
+    reported: list[EpochResult] = []
     planned = _planned_epochs(config)
-    held: list[dict[str, Any]] = []  # the last planned epoch: it goes with the final report
+    held: list[EpochResult] = []  # the last planned epoch: it goes with the final report
 
     def report(epoch: dict[str, Any]) -> bool:
-        last.update(_epoch_metrics(epoch))
-        if last["epoch"] == planned:  # no rung sits at the last epoch: nothing to decide
-            held.append(dict(last))
+        reported.append(EpochResult.from_evaluator(epoch))
+        if reported[-1].epoch == planned:  # no rung sits at the last epoch: nothing to decide
+            held.append(reported[-1])
             return False
-        tune.report(dict(last))
+        tune.report(reported[-1].to_tune())
         return False  # the scheduler's STOP ends this function inside tune.report
 
     args, kwargs = evaluator_call(config, report)
@@ -189,19 +175,13 @@ def trainable(config: dict[str, Any], *, evaluator: bytes | None = None,
         out = function(*args, **kwargs)
     except BaseException:
         for epoch in held:  # what was held back still reaches the record
-            tune.report(epoch)
+            tune.report(epoch.to_tune())
         raise
-    epochs = out.get("epochs") or []
     # One report for the last epoch and the trial's end (each report is a round trip through
-    # Tune's driver): ``epoch_value`` is that epoch's own value, ``value`` the trial's.
-    final = {**(last or _epoch_metrics({"epoch": 0})), "kind": "final",
-             "epoch_value": last.get("value"),
-             "status": str(out.get("status", "failed")), "reason": out.get("reason"),
-             "value": _number(out.get("value")), "seconds": _number(out.get("seconds")),
-             "samples_per_second": _number(out.get("samples_per_second")),
-             "latency_ms": _number(out.get("latency_ms")), "checkpoint": out.get("checkpoint"),
-             "node": ray.get_runtime_context().get_node_id(), "epochs_reached": len(epochs)}
-    if not last and epochs:  # an evaluator that did not call `report`: its curve, at the end
-        for epoch in epochs:
-            tune.report(_epoch_metrics(epoch))
-    tune.report(final)
+    # Tune's driver).
+    final = FinalResult.from_evaluator(out, reported[-1] if reported else None,
+                                       node=ray.get_runtime_context().get_node_id())
+    if not reported:  # an evaluator that did not call `report`: its curve, at the end
+        for epoch in out.get("epochs") or []:
+            tune.report(EpochResult.from_evaluator(epoch).to_tune())
+    tune.report(final.to_tune())

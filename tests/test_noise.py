@@ -32,7 +32,7 @@ from nas_cli._common import format_agreement
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study, run_study
 from studies.fidelity import noise_ceiling
-from studies.noise import seed_spread, spread_of, within_noise
+from studies.noise import noisy_front, seed_spread, spread_of, within_noise
 from studies.promote import plan_promotion
 from studies.store import StoredValueError, StudyKey, StudyStore, TrialKey, trial_attrs
 
@@ -311,6 +311,20 @@ def _assert_spread_on(stands: dict[str, Any], noisy: dict[str, Any], axis: str) 
         [statistics.stdev(SEEDS[1])])
     assert noisy["marker"]["symbol"] == "diamond-open"
     assert "within the noise of trial 0" in str(noisy["hovertext"])
+
+
+def test_a_deleted_promotion_is_skipped(tmp_path: Path) -> None:
+    """The front's noise comes from the latest seeded promotion that is still there: a
+    promoted study deleted since (``optuna.delete_study``) is passed over, not a KeyError."""
+    url = f"sqlite:///{tmp_path / 'noise.db'}"
+    seeded_promotion(url)
+    store = StudyStore.open(url, read_only=True)
+    attrs = store.completed("src")[0]
+    name, points = noisy_front(attrs, store)
+    assert name == "src-promoted" and sorted(points) == [0, 1, 2]
+    assert [points[s].within_noise for s in (0, 1, 2)] == [False, True, False]
+    optuna.delete_study(study_name="src-promoted", storage=url)
+    assert noisy_front(attrs, StudyStore.open(url, read_only=True)) == (None, {})
 
 
 def test_the_3d_front_draws_the_seed_spread(tmp_path: Path) -> None:

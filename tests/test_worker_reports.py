@@ -11,6 +11,7 @@ import pytest
 import ray
 from ray import cloudpickle, tune
 
+from studies.tune_report import EpochResult, FinalResult, kind_of
 from studies.worker import trainable
 
 
@@ -75,3 +76,21 @@ def test_a_held_epoch_is_reported_when_the_evaluator_raises(
         trainable(config, evaluator=cloudpickle.dumps(_evaluator([0.5, 0.6], fail=True)))
     assert [(r["kind"], r["epoch"], r["value"]) for r in sent] == [("epoch", 1, 0.5),
                                                                      ("epoch", 2, 0.6)]
+
+
+def test_the_driver_reads_back_what_the_worker_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``studies.tune_report``: what Tune carries is read back as the same fields (the
+    searcher's and the scheduler's view), the final report's epoch with its own value."""
+    sent = _run(_evaluator([0.5, 0.6, 0.7]), 3, monkeypatch)
+    assert [kind_of(r) for r in sent] == ["epoch", "epoch", "final"]
+    first = EpochResult.from_tune(sent[0])
+    assert first == EpochResult(epoch=1, metric="accuracy", value=0.5, train_loss=1.0)
+    assert first.to_tune() == sent[0]
+    end = FinalResult.from_tune(sent[-1])
+    assert (end.status, end.value, end.seconds, end.epochs_reached, end.node) == (
+        "completed", 0.9, 1.0, 3, "node-1")
+    assert end.epoch == EpochResult(epoch=3, metric="accuracy", value=0.7, train_loss=1.0)
+    assert end.to_tune() == sent[-1]
+    assert end.epoch.record() == {"epoch": 3, "train_loss": 1.0, "metric": "accuracy",
+                                  "value": 0.7, "seconds": None, "extra": {}}
+    assert kind_of({"time_total_s": 1.0}) is None  # a result of Tune's own

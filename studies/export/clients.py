@@ -21,7 +21,6 @@ from typing import Any
 __all__ = [
     "ACORT_FLAGS",
     "ACORT_RADIX_WORDS",
-    "ACORT_SHARE_ATT",
     "OPENVQA_FEAT_SIZE",
     "OPENVQA_KEYS",
     "OPENVQA_LOSSES",
@@ -125,8 +124,6 @@ ACORT_FLAGS: dict[str, str] = {
     "--share_layer_encoder": f"{_TRANSFORMER}: str_to_sequence, e.g. \"(0, 0, 0, 1, 1, 1)\"",
     "--share_layer_decoder": f"{_TRANSFORMER}: str_to_sequence, e.g. \"(0, 0, 0, 1, 1, 1)\"",
 }
-#: the attention sharing ACORT's MHA knows
-ACORT_SHARE_ATT = ("kv", "qk")
 
 
 #: Words a caption keeps in ACORT's published radix setup: its scripts pass --max_seq_length 26

@@ -68,16 +68,15 @@ class StudyStore(RecordWrites):
     ``studies.store.storage.open_storage``).
     """
 
-    def __init__(self, storage: optuna.storages.RDBStorage, *, read_only: bool = False) -> None:
+    def __init__(self, storage: optuna.storages.RDBStorage) -> None:
         self.storage = storage
-        self.read_only = read_only
 
     @classmethod
     def open(cls, url: str | None = None, *, read_only: bool = False) -> StudyStore:
         """The store at ``url`` (``--storage``, else ``$NAS_STORAGE``, else the embedded SQLite
         file). Writable: a missing SQLite file becomes a new database and the tables are
         created where missing."""
-        return cls(open_storage(url, read_only=read_only), read_only=read_only)
+        return cls(open_storage(url, read_only=read_only))
 
     @classmethod
     def open_study(cls, name: str, url: str | None = None, *,

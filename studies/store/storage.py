@@ -3,7 +3,9 @@
 Optuna's storage is the source of truth: studies, trials, parameters, objective values and the
 architecture / cost / reason of each trial (as trial user attributes). What Optuna lacks is a
 per-epoch table with several metrics per epoch; ``nas_epochs`` holds it, beside Optuna's tables
-in the same database. ``session()`` is the one place that turns driver errors into ours.
+in the same database. ``session()`` is the one place that turns driver errors into ours, and
+``retrying()`` retries a call while a database server's connection is lost; both are used inside
+``studies.store`` only (callers go through ``StudyStore``).
 
 Writers (``nas run``, ``nas resume``) open the storage as Optuna does, creating what is missing.
 Readers (``status``, ``pareto``, ``export``, the dashboard) open it with ``read_only=True``: the
@@ -39,6 +41,7 @@ from sqlalchemy.exc import (
 from sqlalchemy.pool import NullPool
 
 from nas.errors import NasError
+from studies.text import first_line
 
 __all__ = [
     "DEFAULT_STORAGE",
@@ -141,8 +144,7 @@ def session(url: str) -> Iterator[None]:
         cause: BaseException = exc
         if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__:
             cause = exc.__cause__  # Optuna's words are generic; the driver's say what failed
-        first = str(getattr(cause, "orig", None) or cause).strip().splitlines()
-        reason = first[0] if first else type(cause).__name__
+        reason = first_line(getattr(cause, "orig", None) or cause, default=type(cause).__name__)
         raise StorageError(f"Storage {_redact(url)!r} cannot be used: {reason}",
                            transient=_connection_lost(url, cause)) from None
 
@@ -265,8 +267,8 @@ def _rdb_storage(url: str, **kwargs: Any) -> optuna.storages.RDBStorage:
         storage = optuna.storages.RDBStorage(url, **kwargs)
     except RuntimeError as exc:
         storage.engine.dispose()
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise StorageError(f"Storage {_redact(url)!r} cannot be read: {reason}") from None
+        raise StorageError(f"Storage {_redact(url)!r} cannot be read: "
+                           f"{first_line(exc)}") from None
     return storage
 
 

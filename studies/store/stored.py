@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from nas.errors import NasError
 from studies.store.keys import Status, StudyKey, TrialKey
+from studies.text import first_line
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -253,15 +254,10 @@ class _Reader:
         try:
             return build(value)
         except NasError as exc:
-            raise self.fail(key, f"is not valid: {_first_line(exc)}") from None
+            raise self.fail(key, f"is not valid: {inert(first_line(exc, limit=300))}") from None
         except (TypeError, ValueError, KeyError, AttributeError, OverflowError,
                 RecursionError) as exc:
-            raise self.fail(key, f"is not valid: {_first_line(exc)}") from None
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return inert(lines[0][:300]) if lines else type(exc).__name__
+            raise self.fail(key, f"is not valid: {inert(first_line(exc, limit=300))}") from None
 
 
 # ----------------------------------------------------------------------------- studies
@@ -540,7 +536,8 @@ def diagnose(engine: Any, name: str, exc: BaseException) -> StoredValueError:
     if found is not None:
         return found
     return StoredValueError(name, "(unknown)", f"could not be decoded "
-                                               f"({type(exc).__name__}: {_first_line(exc)})")
+                                               f"({type(exc).__name__}: "
+                                               f"{inert(first_line(exc, limit=300))})")
 
 
 #: What Optuna's decoding of a stored value raises: json's errors (ValueError), a value nested
