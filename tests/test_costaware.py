@@ -14,7 +14,8 @@ from optuna.trial import TrialState
 
 from nas.errors import ConfigError
 from studies import StudySpec, create_study, run_study
-from studies.costaware import _GP, CostAwareSampler, Costing, bind
+from studies._gp import GaussianProcess
+from studies.costaware import CostAwareSampler, Costing, bind
 from studies.record import Status, TrialKey
 from studies.samplers import LearnsFromStopped, make_sampler
 
@@ -126,7 +127,7 @@ def test_its_start_up_trains_the_cheapest_candidates_first() -> None:
 def test_the_gaussian_process_fits_what_it_saw_and_is_unsure_away_from_it() -> None:
     x = np.linspace(0, 1, 8)[:, None]
     y = np.sin(3 * x[:, 0])
-    gp = _GP(x, y)
+    gp = GaussianProcess(x, y)
     mu, sd = gp.predict(x)
     assert np.allclose(mu, y, atol=0.1)
     _, far_sd = gp.predict(np.array([[3.0]]))
