@@ -14,6 +14,7 @@ from optuna.trial import TrialState
 
 from nas.errors import ConfigError
 from studies import StudySpec, create_study, run_study
+from studies._draw import DrawnTrial
 from studies._gp import GaussianProcess
 from studies.costaware import CostAwareSampler, Costing, bind
 from studies.record import Status, TrialKey
@@ -112,10 +113,9 @@ def test_its_start_up_trains_the_cheapest_candidates_first() -> None:
     x = first.suggest_float("x", 0.0, 1.0)
     chosen, _, predicted = sampler._chosen[first._trial_id]
     assert chosen == {"x": x} and predicted == pytest.approx(0.5)  # between reference and 1
-    # The candidates: a random sampler's draws at the first seed the sampler's generator gives.
-    draws = optuna.create_study(sampler=optuna.samplers.RandomSampler(
-        seed=int(np.random.default_rng(0).integers(2**31))))
-    candidates = [draws.ask().suggest_float("x", 0.0, 1.0) for _ in range(16)]
+    # The candidates: drawn from the generator the sampler's seed gives.
+    rng = np.random.default_rng(0)
+    candidates = [DrawnTrial(rng).suggest_float("x", 0.0, 1.0) for _ in range(16)]
     assert x == min(c for c in candidates if c <= 0.9)
     second = study.ask()
     y = second.suggest_float("x", 0.0, 1.0)
