@@ -150,15 +150,19 @@ ARMS: dict[str, Callable[[int], optuna.samplers.BaseSampler]] = {
 
 
 def run_arm(table: Table, sampler: optuna.samplers.BaseSampler, trials: int, workers: int,
-            on_ask: Callable[[float], None] | None = None) -> list[list[float] | None]:
+            on_ask: Callable[[float], None] | None = None,
+            on_study: Callable[[optuna.Study], None] | None = None
+            ) -> list[list[float] | None]:
     """Ask/tell ``trials`` evaluations, ``workers`` at once (the oldest told first); each
     trial's values in the order told (None: no network). ``on_ask`` gets each ask's seconds
-    (the sampler's work: the ask and the draw of the parameters)."""
+    (the sampler's work: the ask and the draw of the parameters), ``on_study`` the study."""
     import time
 
     if isinstance(sampler, CostAwareSampler):
         sampler.costing = costing(table)
     study = optuna.create_study(directions=DIRECTIONS, sampler=sampler)
+    if on_study is not None:
+        on_study(study)
     running: deque[tuple[optuna.Trial, int]] = deque()
     out: list[list[float] | None] = []
     asked = 0
