@@ -20,6 +20,7 @@ import sys
 import time
 import warnings
 from collections import deque
+from pathlib import Path
 
 from ax.api.client import Client
 from ax.api.configs import ChoiceParameterConfig
@@ -28,8 +29,8 @@ OPS = ("op1", "op2", "op3", "op4")
 
 
 def main() -> None:
-    job = json.loads(open(sys.argv[1]).read())
-    table = json.loads(open(job["table"]).read())
+    job = json.loads(Path(sys.argv[1]).read_text())
+    table = json.loads(Path(job["table"]).read_text())
     links, ops, combos = table["links"], table["ops"], table["combos"]
     rows = [[r[0], r[2], r[3]] for r in table["rows"]]  # accuracy, params, latency
     reference = [min(r[0] for r in rows), max(r[1] for r in rows), max(r[2] for r in rows)]
@@ -69,8 +70,7 @@ def main() -> None:
             client.complete_trial(index, {"accuracy": accuracy, "params": params_,
                                           "latency": latency})
             out.append({"values": rows[row], "node": node, "seconds": seconds})
-    with open(sys.argv[2], "w") as f:
-        json.dump(out, f)
+    Path(sys.argv[2]).write_text(json.dumps(out))
 
 
 if __name__ == "__main__":

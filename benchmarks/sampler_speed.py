@@ -2,8 +2,8 @@
 (``costaware``) driven by ask/tell over a table of known answers, beside Optuna's multivariate
 TPE (constant liar) in the same run.
 
-    .venv/bin/python benchmarks/sampler_speed.py [--quick] [--dataset cora] [--sizes 50,200,1000,5000]
-                                                 [--window 20] [--peer-max 1000]
+    .venv/bin/python benchmarks/sampler_speed.py [--quick] [--dataset cora]
+        [--sizes 50,200,1000,5000] [--window 20] [--peer tpe] [--peer-max 1000]
 
 The table is NAS-Bench-Graph's (``benchmarks/_tabular.py``; ``make bench-env`` installs the
 package that ships it): 26,206 networks, 3 objectives (validation accuracy, parameters,

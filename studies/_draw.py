@@ -51,8 +51,8 @@ class DrawnTrial(optuna.trial.BaseTrial):
             return dist.choices[int(rng.integers(len(dist.choices)))]
         if isinstance(dist, FloatDistribution):
             if dist.step is not None:
-                steps = int(round((dist.high - dist.low) / dist.step))
-                return float(min(dist.high, dist.low + int(rng.integers(steps + 1)) * dist.step))
+                steps = round((dist.high - dist.low) / dist.step)
+                return float(min(dist.high, dist.low + rng.integers(steps + 1) * dist.step))
             if dist.log:
                 return float(math.exp(rng.uniform(math.log(dist.low), math.log(dist.high))))
             return float(rng.uniform(dist.low, dist.high))
@@ -61,7 +61,7 @@ class DrawnTrial(optuna.trial.BaseTrial):
                 drawn = math.exp(rng.uniform(math.log(dist.low - 0.5), math.log(dist.high + 0.5)))
                 return int(min(dist.high, max(dist.low, round(drawn))))
             steps = (dist.high - dist.low) // dist.step
-            return int(dist.low + int(rng.integers(steps + 1)) * dist.step)
+            return int(dist.low + rng.integers(steps + 1) * dist.step)
         raise TypeError(f"Cannot draw from {dist!r}.")
 
     def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
@@ -81,9 +81,9 @@ class DrawnTrial(optuna.trial.BaseTrial):
                     log: bool = False) -> int:
         return int(self._value(name, IntDistribution(low, high, log=log, step=step)))
 
-    def suggest_categorical(self, name: str, choices: Sequence[CategoricalChoiceType]
-                            ) -> CategoricalChoiceType:
-        return self._value(name, CategoricalDistribution(choices))  # type: ignore[no-any-return]
+    def suggest_categorical(  # type: ignore[override]  # one signature for Optuna's overloads
+            self, name: str, choices: Sequence[CategoricalChoiceType]) -> CategoricalChoiceType:
+        return self._value(name, CategoricalDistribution(choices))
 
     def report(self, value: float, step: int) -> None:
         raise NotImplementedError("A drawn candidate is costed, never trained: no report.")
@@ -94,7 +94,7 @@ class DrawnTrial(optuna.trial.BaseTrial):
     def set_user_attr(self, key: str, value: Any) -> None:
         raise NotImplementedError("A drawn candidate keeps no attributes.")
 
-    def set_constraint(self, constraints: Sequence[float]) -> None:
+    def set_constraint(self, key: str, value: float) -> None:
         raise NotImplementedError("A drawn candidate keeps no constraints.")
 
     @property

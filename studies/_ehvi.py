@@ -18,6 +18,7 @@ point covers (:func:`open_boxes`), each clipped to ``[c, 1]``.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -45,7 +46,7 @@ def open_boxes(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return _open_boxes_2d(points)
     lows, highs = [], []
     levels = np.unique(np.concatenate([[0.0], points[:, -1], [1.0]]))
-    for lo, hi in zip(levels[:-1], levels[1:], strict=True):
+    for lo, hi in itertools.pairwise(levels):
         sub_lo, sub_hi = open_boxes(points[points[:, -1] <= lo, :-1])
         lows.append(np.column_stack([sub_lo, np.full(len(sub_lo), lo)]))
         highs.append(np.column_stack([sub_hi, np.full(len(sub_hi), hi)]))

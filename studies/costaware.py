@@ -35,6 +35,7 @@ known before training (``params``, ``madds``): a study file with a measured obje
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,11 +56,15 @@ from studies._ehvi import expected_gains, tile
 from studies._gp import MIN_SPREAD, GaussianProcess
 from studies.pareto import fill_reference, ideal_point, scale_to_reference, to_minimization
 
-__all__ = ["GAIN_KEY", "MIN_SPREAD", "STARTUPS", "CostAwareSampler", "Costing", "bind"]
+__all__ = ["GAIN_KEY", "MIN_SPREAD", "SECONDS_KEY", "STARTUPS", "CostAwareSampler", "Costing",
+           "bind"]
 
 #: The trial system attribute that holds the expected hypervolume gain of the candidate the
 #: sampler chose for it (a float, on the normalised scale of ``studies.pareto``).
 GAIN_KEY = "costaware:expected_gain"
+#: The trial system attribute that holds the seconds the sampler took to choose it (drawing and
+#: costing the candidates, the model, the expected gains).
+SECONDS_KEY = "costaware:seconds"
 
 #: How the start-up trials are chosen: by cost under one prior on the metric, or at random.
 STARTUPS = ("cost", "random")
@@ -236,6 +241,7 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
         costing = self.costing
         if costing is None or trial.system_attrs.get("fixed_params"):  # an enqueued trial
             return
+        began = time.perf_counter()
         trials = study.get_trials(deepcopy=False)
         memory = self._memory.setdefault(study._study_id, _Memory())
         memory.read(trials, costing)
@@ -251,6 +257,8 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
                 chosen, gain = self._choose(costing, memory, fresh, dists)
             self._chosen[trial._trial_id] = chosen
             study._storage.set_trial_system_attr(trial._trial_id, GAIN_KEY, gain)
+            study._storage.set_trial_system_attr(trial._trial_id, SECONDS_KEY,
+                                                 time.perf_counter() - began)
 
     # ------------------------------------------------------------------ steps
     def _key(self, costing: Costing, trial: FrozenTrial) -> str | None:
@@ -324,7 +332,7 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
 
         pending = [vector(predicted, c) for _, c, predicted in self._chosen.values()]
         base = list(memory.values.values()) + pending
-        largest = [memory.largest] if memory.largest is not None else []
+        largest = [memory.largest.tolist()] if memory.largest is not None else []
         reference = fill_reference(costing.reference, [*largest, *base,
                                                         *(vector(0.0, c) for _, c, _ in drawn)],
                                    directions)
