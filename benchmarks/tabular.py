@@ -16,18 +16,18 @@ table is noise-free), multivariate ``tpe`` with a constant liar, ``nsga2`` (popu
 ``random``, and ``ax`` (Ax's Client, qLogNEHVI, in the benchmark's own environment; skipped
 with the reason where it cannot run).
 
-The slow arms (``gp``: seconds per suggestion; ``ax``: more) run only ``--slow-seeds`` seeds
-and only up to ``--slow-budget`` trials; their medians are over those seeds and each paired
-test over the seeds both arms ran. Printed per benchmark and budget: each arm's median
+The slow arms (``gp``: seconds per suggestion; ``ax``: tens of seconds, so only when named in
+``--arms``) run only on the first ``--slow-datasets`` datasets, ``--slow-seeds`` seeds and up
+to ``--slow-budget`` trials; their medians are over those seeds and each paired test over the
+seeds both arms ran. Printed per benchmark and budget: each arm's median
 hypervolume fraction, its spread (sample standard deviation over seeds), its rank by median,
 and the default's wins per seed and one-sided paired Wilcoxon p against it
 (``benchmarks/_quality.py``); then the issue's targets over every benchmark and budget; then
 when the default's convergence rule (``studies.convergence``) would have stopped each run and
 the hypervolume given up against the whole largest budget.
 
-Time (two shared cores, contended; see the note): ``--quick`` (3 datasets, 5 seeds, budgets 50
-and 200, the slow arms 2 seeds at 50 trials) and the default (8 datasets, 20 seeds, the slow
-arms 5 seeds at 50 trials).
+``--quick``: 3 datasets, 5 seeds, budgets 50 and 200, ``gp`` on the first dataset, 2 seeds, 50
+trials. The default: 8 datasets, 20 seeds, ``gp`` on the first 2, 5 seeds, 50 trials.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from studies.costaware import GAIN_KEY
 
 SLOW = ("gp", "ax")
 ALL_ARMS = ("default", "gp", "tpe", "nsga2", "random", "ax")
+DEFAULT_ARMS = ("default", "gp", "tpe", "nsga2", "random")
 WORKERS = 2
 
 
@@ -136,11 +137,15 @@ def main() -> None:
     parser.add_argument("--datasets", default=None, help="comma-separated: " + ",".join(DATASETS))
     parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 20)")
     parser.add_argument("--budgets", default="50,200")
-    parser.add_argument("--arms", default=",".join(ALL_ARMS))
+    parser.add_argument("--arms", default=",".join(DEFAULT_ARMS),
+                        help="comma-separated: " + ",".join(ALL_ARMS) + " (ax: minutes per "
+                        "trial on two busy cores, so not by default)")
     parser.add_argument("--slow-seeds", type=int, default=None,
                         help="seeds of the slow arms gp and ax (default 5)")
     parser.add_argument("--slow-budget", type=int, default=50,
                         help="the most trials a slow arm runs")
+    parser.add_argument("--slow-datasets", type=int, default=None,
+                        help="the slow arms run on the first N datasets (default 2; quick 1)")
     parser.add_argument("--keep", type=Path, default=None, help="write every curve to FILE")
     parser.add_argument("--bench-python", type=Path,
                         default=Path(__file__).resolve().parent.parent / ".venv-bench/bin/python")
@@ -154,6 +159,7 @@ def main() -> None:
         parser.error(f"unknown dataset or arm {bad} (the arms must include default)")
     seeds = args.seeds or (5 if args.quick else 20)
     slow_seeds = min(seeds, args.slow_seeds or (2 if args.quick else 5))
+    slow_datasets = datasets[:args.slow_datasets or (1 if args.quick else 2)]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     import torch
 
@@ -176,7 +182,7 @@ def main() -> None:
                     continue
                 slow = arm in SLOW
                 arm_budgets = [b for b in budgets if not slow or b <= args.slow_budget]
-                if not arm_budgets:
+                if not arm_budgets or (slow and name not in slow_datasets):
                     continue
                 for seed in range(slow_seeds if slow else seeds):
                     began = time.perf_counter()
