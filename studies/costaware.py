@@ -7,6 +7,8 @@ on the meta device before training (``nas.cost``), so its sampler need only lear
 1. candidate architectures are drawn and costed (those that break a constraint are dropped, as
    the engine would reject them): ``candidates`` at random from the study's space, and
    ``mutations`` neighbours of the current front's trials (one or two parameters drawn again);
+   they join the candidates costed for earlier trials and not trained since (the ``pool``
+   most recent): costs do not change, so each suggestion costs only its new draws;
 2. a Gaussian process over the trials so far predicts each candidate's accuracy at the full
    epochs (a stopped trial is an observation at the epoch it reached: the fidelity is an input
    of the model, so stopped trials teach it without passing as finished). Past ``max_points``
@@ -49,7 +51,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 from optuna.trial import FrozenTrial, TrialState
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from studies._draw import DrawnTrial
 from studies._ehvi import expected_gains, tile
@@ -145,6 +147,28 @@ class _Memory:
         self.largest: np.ndarray | None = None
         self.rows: dict[int, list[float]] = {}
         self.names: tuple[str, ...] = ()
+        #: Candidates costed in earlier suggestions and not trained yet, by key, the most
+        #: recent last (their costs do not change: costing them again would only cost time),
+        #: and the distributions they were drawn from.
+        self.pool: dict[str, tuple[dict[str, Any], list[float]]] = {}
+        self.pool_dists: dict[str, BaseDistribution] = {}
+        self.encoded: dict[str, list[float]] = {}  # by candidate key, under ``names``
+
+    def remember(self, drawn: list[Candidate], dists: dict[str, BaseDistribution],
+                 known: set[str | None], size: int) -> list[Candidate]:
+        """Add ``drawn`` to the pool, drop what is ``known`` (trained or running) and the
+        oldest past ``size``; the pool's candidates."""
+        for params, costs, key in drawn:
+            self.pool.pop(key, None)
+            self.pool[key] = (params, costs)
+        self.pool_dists.update(dists)
+        for key in [k for k in self.pool if k in known]:
+            del self.pool[key]
+            self.encoded.pop(key, None)
+        while len(self.pool) > size:
+            self.encoded.pop(next(iter(self.pool)), None)
+            del self.pool[next(iter(self.pool))]
+        return [(params, costs, key) for key, (params, costs) in self.pool.items()]
 
     def read(self, trials: Sequence[FrozenTrial], costing: Costing) -> None:
         m, signs = costing.metric, to_minimization([[1.0] * len(costing.directions)],
@@ -177,10 +201,20 @@ class _Memory:
             del self.values[i]
         self.front[trial_id], self.values[trial_id] = point, values
 
+    def candidate_row(self, candidate: Candidate, dists: dict[str, BaseDistribution],
+                      names: tuple[str, ...]) -> list[float]:
+        """A candidate's model input at the full epochs, encoded once per key."""
+        if names != self.names:
+            self.rows, self.encoded, self.names = {}, {}, names
+        key = candidate[2]
+        if key not in self.encoded:
+            self.encoded[key] = [*_encode(candidate[0], dists, names), 1.0]
+        return self.encoded[key]
+
     def row(self, trial_id: int, dists: dict[str, BaseDistribution],
             names: tuple[str, ...]) -> list[float]:
         if names != self.names:  # a parameter seen for the first time: encode again
-            self.rows, self.names = {}, names
+            self.rows, self.encoded, self.names = {}, {}, names
         if trial_id not in self.rows:
             self.rows[trial_id] = [*_encode(self.params[trial_id], dists, names),
                                    self.fidelity[trial_id]]
@@ -191,12 +225,14 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
     """See the module: candidates costed exactly, accuracy from a Gaussian process, the largest
     expected hypervolume improvement (closed form) trained."""
 
-    def __init__(self, *, seed: int | None = None, candidates: int = 24, mutations: int = 24,
-                 n_startup_trials: int = 2, startup: str = "cost",
+    def __init__(self, *, seed: int | None = None, candidates: int = 8, mutations: int = 8,
+                 pool: int = 256, n_startup_trials: int = 2, startup: str = "cost",
                  max_points: int = 256) -> None:
-        if candidates < 1 or mutations < 0 or n_startup_trials < 0 or max_points < 2:
+        if (candidates < 1 or mutations < 0 or n_startup_trials < 0 or max_points < 2
+                or pool < candidates + mutations):
             raise ValueError("candidates must be at least 1, mutations and n_startup_trials "
-                             "at least 0, max_points at least 2")
+                             "at least 0, max_points at least 2, pool at least candidates + "
+                             "mutations")
         if startup not in STARTUPS:
             raise ValueError(f"startup must be one of {', '.join(STARTUPS)}, not {startup!r}")
         self.startup = startup
@@ -204,6 +240,8 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
         self._random = optuna.samplers.RandomSampler(seed=seed)
         self.candidates, self.mutations, self.n_startup_trials, self.max_points = (
             candidates, mutations, n_startup_trials, max_points)
+        self.pool = pool
+        self._threads: ThreadpoolController | None = None
         self.costing: Costing | None = None
         #: By trial id: the parameters chosen for it, its cost objectives and predicted metric.
         self._chosen: dict[int, tuple[dict[str, Any], list[float], float]] = {}
@@ -248,12 +286,15 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
         if len(memory.ids) < self.n_startup_trials and self.startup == "random":
             return
         drawn, dists = self._draw(costing, memory)
-        known = {self._key(costing, t) for t in trials}
-        fresh = [c for c in drawn if c[2] not in known]  # reuse teaches nothing
+        known = {self._key(costing, t) for t in trials}  # reuse teaches nothing
+        fresh = memory.remember(drawn, dists, known, self.pool)
+        dists = dict(memory.pool_dists)
         if fresh:
             # One BLAS thread: the driver shares its cores with the trials, and a second
             # thread waiting on a busy core made a small solve 30 times slower (measured).
-            with threadpool_limits(limits=1, user_api="blas"):
+            if self._threads is None:  # finding the BLAS libraries takes milliseconds: once
+                self._threads = ThreadpoolController()
+            with self._threads.limit(limits=1, user_api="blas"):
                 chosen, gain = self._choose(costing, memory, fresh, dists)
             self._chosen[trial._trial_id] = chosen
             study._storage.set_trial_system_attr(trial._trial_id, GAIN_KEY, gain)
@@ -305,7 +346,7 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
             ids = front + [rest[int(k)] for k in sorted(pick)]
         x = np.array([memory.row(i, dists, names) for i in ids])
         y = np.array([memory.metric[i] for i in ids])
-        xc = np.array([[*_encode(p, dists, names), 1.0] for p, _, _ in drawn])
+        xc = np.array([memory.candidate_row(c, dists, names) for c in drawn])
         refit = self._hyper is None or len(memory.ids) >= 1.25 * self._hyper_at
         gp = GaussianProcess(x, y, hyper=None if refit else self._hyper)
         if refit:
