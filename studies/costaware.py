@@ -226,7 +226,7 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
     expected hypervolume improvement (closed form) trained."""
 
     def __init__(self, *, seed: int | None = None, candidates: int = 8, mutations: int = 8,
-                 pool: int = 256, n_startup_trials: int = 2, startup: str = "cost",
+                 pool: int = 64, n_startup_trials: int = 2, startup: str = "cost",
                  max_points: int = 256) -> None:
         if (candidates < 1 or mutations < 0 or n_startup_trials < 0 or max_points < 2
                 or pool < candidates + mutations):
