@@ -50,8 +50,9 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# The search benchmark's own environment for its Syne Tune arm (benchmarks/search.py, arm (e)):
-# a separate venv, so `make test` never needs syne-tune.
+# The benchmarks' own environment: Syne Tune (benchmarks/search.py, arm (e)), Ax and the
+# NAS-Bench-Graph tables (benchmarks/tabular.py, sampler_speed.py): a separate venv, so
+# `make test` never needs them.
 BENCH_VENV := .venv-bench
 
 bench-env: $(BENCH_VENV)/.installed

@@ -1,5 +1,5 @@
 """Driver throughput on a local multi-node Ray cluster, against plain Ray Tune + OptunaSearch
-(issue 22, items 2 and 7); and the fault scenarios on the same kind of cluster.
+(issue 22, items 2 and 7; issue 34, item 3); and the fault scenarios on the same kind of cluster.
 
     python benchmarks/cluster.py [--concurrency 8,32,64] [--trials 400] [--epochs 4]
         [--epoch-seconds 1] [--nodes 4] [--cpus-per-node 16] [--quick] [--faults]
@@ -12,15 +12,19 @@ started, in a ``finally`` and on SIGINT/SIGTERM.
 
 Per concurrency C, both arms run side by side against the same cluster and database, each as its
 own driver process: (1) ``nas run`` of a study whose ``evaluator:`` sleeps ``--epoch-seconds``
-per epoch (``benchmarks/_sleep_trial.py``), NSGA-II over the ``quickstart`` space, no early
-stopping, ``resources.cpu`` = cluster CPUs / C (so C trials fit at once); (2) plain Ray Tune with
-``OptunaSearch`` (the same sampler, define-by-run over the same space, the same storage URL, a
-different study name), the same sleeping trainable, the same CPUs per trial and
-``max_concurrent_trials=C``. Each arm's numbers come from its Optuna study (trial start = ask,
-end = tell), the same way for both: wall seconds of the driver process, seconds to the first
-finished trial, finished trials per second while active (first start to last end), mean busy
-slots (summed trial durations over that window), engine/Tune ratio, and % of the ideal
-(trials * epochs * epoch-seconds / C).
+per epoch (``benchmarks/_sleep_trial.py``), the study's default sampler (``costaware``: accuracy
+and params, a cost known before training) over the ``quickstart`` space, no early stopping,
+``resources.cpu`` = cluster CPUs / C (so C trials fit at once); (2) plain Ray Tune with
+``OptunaSearch`` (multivariate TPE with a constant liar for the trials still running, what a
+careful user picks; define-by-run over the same space, the same storage URL, a different study
+name), the same sleeping trainable, the same CPUs per trial and ``max_concurrent_trials=C``.
+Each arm's numbers come from its Optuna study (trial start = ask, end = tell), the same way for
+both: wall seconds of the driver process, seconds to the first finished trial, finished trials
+per second while active (first start to last end), mean busy slots (summed trial durations over
+that window), engine/Tune ratio, % of the ideal (trials * epochs * epoch-seconds / C), and the
+median seconds its sampler took per suggestion (``costaware`` records them on each trial,
+``costaware:seconds``, its candidates' costing on the meta device included; the peer's sampler
+is timed by a wrapper that records the same, ``bench:suggest_seconds``).
 
 ``--faults`` runs, on a fresh small cluster, the fault scenarios: a worker node's raylet killed
 mid-run, the head killed mid-run then ``nas resume`` on a new cluster, the driver killed
@@ -35,6 +39,7 @@ import contextlib
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -230,7 +235,7 @@ def _study_file(folder: Path, name: str, trials: int, epochs: int, cpu: float) -
         "name": name, "task": "digits", "space": "quickstart",
         "objectives": [{"name": "accuracy", "direction": "maximize"},
                        {"name": "params", "direction": "minimize"}],
-        "sampler": {"name": "nsga2"}, "budget": {"trials": trials},
+        "budget": {"trials": trials},  # the default sampler
         "fidelity": {"epochs": epochs, "early_stopping": "none"},
         "resources": {"cpu": cpu}, "seed": 0, "evaluator": "_sleep_trial:evaluate",
         "tune": {"callbacks": [], "storage_path": str(folder / "tune" / name)},
@@ -252,6 +257,7 @@ def tune_arm_main(argv: list[str]) -> None:
     import optuna
     import ray
     from _sleep_trial import QuickstartSpace, tune_trainable
+    from _timed_sampler import TimedSampler
     from ray import tune
     from ray.tune.search.optuna import OptunaSearch
 
@@ -259,8 +265,10 @@ def tune_arm_main(argv: list[str]) -> None:
     define_by_run = QuickstartSpace(a.epochs)
 
     ray.init(address=a.address, logging_level=logging.ERROR, log_to_driver=False)
+    sampler = TimedSampler(optuna.samplers.TPESampler(seed=0, multivariate=True,
+                                                      constant_liar=True))
     searcher = OptunaSearch(define_by_run, metric=["accuracy", "params"], mode=["max", "min"],
-                            sampler=optuna.samplers.NSGAIISampler(seed=0),
+                            sampler=sampler,
                             storage=optuna.storages.RDBStorage(a.storage), study_name=a.name)
     tuner = tune.Tuner(
         tune.with_resources(tune_trainable, {"cpu": a.cpu}),
@@ -318,11 +326,13 @@ class Row:
     busy: float
     ideal: float
     code: int
+    suggest: float = float("nan")  # median seconds the sampler took per suggestion
 
     def cells(self) -> str:
         return (f"{self.arm:<6} {self.concurrency:>4} {self.wall:8.1f} {self.first:8.1f} "
                 f"{self.finished:>6} {self.per_second:8.2f} {self.busy:7.1f} "
-                f"{self.ideal / self.wall * 100:6.0f}%  rc={self.code}")
+                f"{self.ideal / self.wall * 100:6.0f}% {self.suggest * 1000:9.1f}  "
+                f"rc={self.code}")
 
 
 def measure(url: str, name: str, arm: str, concurrency: int, started: datetime, wall: float,
@@ -341,8 +351,15 @@ def measure(url: str, name: str, arm: str, concurrency: int, started: datetime, 
                if t.datetime_complete and t.datetime_start)
     first = min((t.datetime_complete for t in trials if t.datetime_complete),
                 default=last_end)
+    from _timed_sampler import PEER_SECONDS
+
+    from studies.costaware import SECONDS_KEY
+
+    spent = [s for t in trials for key in (SECONDS_KEY, PEER_SECONDS)
+             if isinstance(s := t.system_attrs.get(key), (int, float))]
     return Row(arm, concurrency, wall, (first - started).total_seconds(), len(trials),
-               len(trials) / window, busy / window, ideal, code)
+               len(trials) / window, busy / window, ideal, code,
+               statistics.median(spent) if spent else float("nan"))
 
 
 def run_arm(arm: str, cluster: Cluster, url: str, folder: Path, concurrency: int,
@@ -508,7 +525,8 @@ def main() -> None:
                             cluster.address, str(out)], cwd=root, timeout=6 * 3600,
                            env=env(NAS_BENCH_EPOCH_SECONDS=str(args.epoch_seconds)))
             return
-        print("arm       C   wall s  first s  trials  trials/s   busy  ideal", flush=True)
+        print("arm       C   wall s  first s  trials  trials/s   busy  ideal  suggest ms",
+              flush=True)
         for c in levels:
             pair = {}
             for arm in args.arms.split(","):

@@ -12,7 +12,8 @@ Five arms, each on two tasks and the same seeds, each with two trials at once:
     ``ASHAScheduler`` on accuracy (the engine's grace and reduction factor), the params
     constraint checked in the define-by-run function before training (a violation trains
     nothing);
-(c) the same with Optuna's multi-objective TPE;
+(c) the same with Optuna's multi-objective TPE, multivariate with a constant liar for the trials
+    still running (what OptunaHub's AutoSampler picks for a categorical space of few trials);
 (d) random search with this engine's multi-objective early stopping;
 (e) Syne Tune's ``MOASHA`` in the benchmark's own environment (``make bench-env``); skipped,
     with the reason, where that environment is missing or fails;
@@ -40,7 +41,9 @@ the trials trained to the full epochs. Printed per task and arm: the median fina
 with its min-max, its mean rank over the seeds, the epochs it trained (median; the budget unless it
 ended before), the seeds on which (a) is at least that arm, and the epochs (a) needed to reach
 that arm's median final hypervolume with the ratio to that arm's epochs; and the issue's
-targets for (a) and each ``a:NAME``.
+targets for (a) and each ``a:NAME``; then the statistics of ``benchmarks/tabular.py``
+(``_quality``: spread, (a)'s wins, ties and losses per seed and a one-sided paired Wilcoxon p
+against each arm).
 
 Time: the default (5 seeds, 24 epochs per arm, task and seed, arms a-e, both tasks: 50
 arm-runs) took 43 min 38 s on an idle two-core machine (2026-11-27; digits 19 min, VQA 25 min;
@@ -66,6 +69,7 @@ from typing import Any
 import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _quality import table as quality_table
 from _search_arms import (
     DIRECTIONS,
     WORKERS,
@@ -91,7 +95,7 @@ TASKS = {
 ARMS = {
     "a": "(a) engine as shipped",
     "b": "(b) Tune+OptunaSearch NSGA-II+ASHA",
-    "c": "(c) Tune+OptunaSearch MO-TPE+ASHA",
+    "c": "(c) Tune+OptunaSearch mvTPE+ASHA",
     "d": "(d) random + engine MO-ASHA",
     "e": "(e) Syne Tune MOASHA",
 }
@@ -171,7 +175,8 @@ def run_seed(task: Task, arms: list[str], seed: int, budget: Budget, tmp: Path,
                                        population_size=task.population, seed=seed))
         elif arm == "c":
             points[arm] = tune_arm(task, tmp / "tune", f"c{tag}", seed, budget,
-                                   optuna.samplers.TPESampler(seed=seed))
+                                   optuna.samplers.TPESampler(seed=seed, multivariate=True,
+                                                              constant_liar=True))
         elif arm == "d":
             points[arm] = engine_arm(task, f"sqlite:///{tmp / f'd{tag}.db'}", f"d{tag}", seed,
                                      budget, {"name": "random"}, reference)
@@ -236,6 +241,9 @@ def report(task: Task, runs: list[SeedRun], skipped: dict[str, str]) -> None:
               f"{spent:>8.0f}{wins:>7}{reach:>11}{ratio:>7}")
     for arm, reason in skipped.items():
         print(f"{label(arm):<37} skipped: {reason}")
+    if me is not None and len(arms) > 1:
+        cell = {arm: dict(enumerate(finals[arm])) for arm in arms}
+        print("\n".join(quality_table(cell, me)))
     if not peers:
         return
     best_peer = max(peers, key=lambda p: statistics.median(finals[p]))

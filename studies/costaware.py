@@ -4,15 +4,22 @@ The peers a study is compared with (Ray Tune + ``OptunaSearch``, Syne Tune) lear
 parameters and MAdds only once it has run, like its accuracy. This engine computes both exactly
 on the meta device before training (``nas.cost``), so its sampler need only learn accuracy:
 
-1. ``candidates`` architectures are drawn at random from the study's space and costed (those
-   that break a constraint are dropped, as the engine would reject them);
+1. candidate architectures are drawn and costed (those that break a constraint are dropped, as
+   the engine would reject them): ``candidates`` at random from the study's space, and
+   ``mutations`` neighbours of the current front's trials (one or two parameters drawn again);
+   they join the candidates costed for earlier trials and not trained since (the ``pool``
+   most recent): costs do not change, so each suggestion costs only its new draws;
 2. a Gaussian process over the trials so far predicts each candidate's accuracy at the full
    epochs (a stopped trial is an observation at the epoch it reached: the fidelity is an input
-   of the model, so stopped trials teach it without passing as finished);
+   of the model, so stopped trials teach it without passing as finished). Past ``max_points``
+   trials it is fitted to the front and a random share of the rest, and its length scale and
+   noise are searched again only when the trials have grown by a quarter since the last search;
 3. the candidate with the largest expected improvement of the normalised hypervolume (the
-   study's fixed reference point, ``studies.pareto``; Monte-Carlo over the predicted accuracy,
-   the costs exact) over the trials trained to the full epochs, and over the trials still
-   running at their predicted accuracy, is the trial's architecture.
+   study's fixed reference point, ``studies.pareto``) over the front of the trials trained to
+   the full epochs and of the trials still running at their predicted accuracy is the trial's
+   architecture. With the costs exact and the accuracy Gaussian, the expectation has a closed
+   form (``studies._ehvi``): no sampling. The expected gain of the chosen candidate is recorded
+   on the trial (system attribute :data:`GAIN_KEY`): what ``studies.convergence`` reads.
 
 Its first ``n_startup_trials`` (2) trials, before the model has anything to learn from, are
 chosen by cost alone (``startup: cost``): every candidate gets the same prior on the metric
@@ -30,6 +37,7 @@ known before training (``params``, ``madds``): a study file with a measured obje
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,10 +51,26 @@ from optuna.distributions import (
     IntDistribution,
 )
 from optuna.trial import FrozenTrial, TrialState
+from threadpoolctl import ThreadpoolController
 
-from studies.pareto import fill_reference, hypervolume, ideal_point, scale_to_reference
+from studies._draw import DrawnTrial
+from studies._ehvi import expected_gains, tile
+from studies._gp import MIN_SPREAD, GaussianProcess
+from studies.pareto import fill_reference, ideal_point, scale_to_reference, to_minimization
 
-__all__ = ["CostAwareSampler", "Costing", "bind"]
+__all__ = ["GAIN_KEY", "MIN_SPREAD", "SECONDS_KEY", "STARTUPS", "CostAwareSampler", "Costing",
+           "bind"]
+
+#: The trial system attribute that holds the expected hypervolume gain of the candidate the
+#: sampler chose for it (a float, on the normalised scale of ``studies.pareto``).
+GAIN_KEY = "costaware:expected_gain"
+#: The trial system attribute that holds the seconds the sampler took to choose it (drawing and
+#: costing the candidates, the model, the expected gains).
+SECONDS_KEY = "costaware:seconds"
+
+#: How the start-up trials are chosen: by cost under one prior on the metric, or at random.
+STARTUPS = ("cost", "random")
+
 
 @dataclass(frozen=True)
 class Costing:
@@ -79,9 +103,8 @@ def bind(sampler: optuna.samplers.BaseSampler, costing: Costing) -> bool:
     return False
 
 
-# ----------------------------------------------------------------------------- the model
 def _encode(params: dict[str, Any], dists: dict[str, BaseDistribution],
-            names: list[str]) -> list[float]:
+            names: Sequence[str]) -> list[float]:
     """Parameters as numbers in [0, 1] (log scale where the distribution is; one column per
     choice of a categorical); a parameter the trial did not draw sits at the middle / zeros."""
     out: list[float] = []
@@ -103,72 +126,129 @@ def _encode(params: dict[str, Any], dists: dict[str, BaseDistribution],
     return out
 
 
-#: How the start-up trials are chosen: by cost under one prior on the metric, or at random.
-STARTUPS = ("cost", "random")
-
-#: The smallest spread of the metric the model assumes (its units: 5 points of accuracy), so
-#: that a few trials that scored alike do not make it sure of every other architecture.
-MIN_SPREAD = 0.05
+#: A candidate: its parameters, cost objectives and what it trains.
+Candidate = tuple[dict[str, Any], list[float], str]
 
 
-class _GP:
-    """A Gaussian process with a squared-exponential kernel on standardised targets; length
-    scale and noise picked from a small grid by the marginal likelihood."""
+class _Memory:
+    """What the sampler has read of a study's finished trials, kept between suggestions so a
+    suggestion reads each trial once: each observation's parameters, input row and fidelity,
+    the front of the trials trained to the full epochs, and each objective's largest value."""
 
-    def __init__(self, x: np.ndarray, y: np.ndarray) -> None:
-        self.mean, self.std = float(y.mean()), max(float(y.std()), MIN_SPREAD)
-        z = (y - self.mean) / self.std
-        self.x = x
-        dim = max(1, x.shape[1])
-        best = -math.inf
-        for scale in (0.25, 0.5, 1.0, 2.0):
-            length = scale * math.sqrt(dim) / 2
-            for noise in (1e-3, 1e-2, 1e-1, 0.3):
-                k = self._kernel(x, x, length) + noise * np.eye(len(x))
-                try:
-                    chol = np.linalg.cholesky(k)
-                except np.linalg.LinAlgError:
-                    continue
-                alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, z))
-                fit = -0.5 * z @ alpha - np.log(np.diag(chol)).sum()
-                if fit > best:
-                    best, self.length, self.chol, self.alpha = fit, length, chol, alpha
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+        self.ids: list[int] = []  # observations, in the order read
+        self.params: dict[int, dict[str, Any]] = {}
+        self.dists: dict[str, BaseDistribution] = {}  # every observation's parameters'
+        self.fidelity: dict[int, float] = {}
+        self.metric: dict[int, float] = {}
+        self.front: dict[int, np.ndarray] = {}  # trial id -> its values, minimised
+        self.values: dict[int, list[float]] = {}
+        self.largest: np.ndarray | None = None
+        self.rows: dict[int, list[float]] = {}
+        self.names: tuple[str, ...] = ()
+        #: Candidates costed in earlier suggestions and not trained yet, by key, the most
+        #: recent last (their costs do not change: costing them again would only cost time),
+        #: and the distributions they were drawn from.
+        self.pool: dict[str, tuple[dict[str, Any], list[float]]] = {}
+        self.pool_dists: dict[str, BaseDistribution] = {}
+        self.encoded: dict[str, list[float]] = {}  # by candidate key, under ``names``
 
-    @staticmethod
-    def _kernel(a: np.ndarray, b: np.ndarray, length: float) -> np.ndarray:
-        d = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
-        return np.exp(-0.5 * d / length**2)
+    def remember(self, drawn: list[Candidate], dists: dict[str, BaseDistribution],
+                 known: set[str | None], size: int) -> list[Candidate]:
+        """Add ``drawn`` to the pool, drop what is ``known`` (trained or running) and the
+        oldest past ``size``; the pool's candidates."""
+        for params, costs, key in drawn:
+            self.pool.pop(key, None)
+            self.pool[key] = (params, costs)
+        self.pool_dists.update(dists)
+        for key in [k for k in self.pool if k in known]:
+            del self.pool[key]
+            self.encoded.pop(key, None)
+        while len(self.pool) > size:
+            self.encoded.pop(next(iter(self.pool)), None)
+            del self.pool[next(iter(self.pool))]
+        return [(params, costs, key) for key, (params, costs) in self.pool.items()]
 
-    def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ks = self._kernel(x, self.x, self.length)
-        mu = ks @ self.alpha
-        v = np.linalg.solve(self.chol, ks.T)
-        var = np.clip(1.0 - (v**2).sum(0), 1e-9, None)
-        return self.mean + self.std * mu, self.std * np.sqrt(var)
+    def read(self, trials: Sequence[FrozenTrial], costing: Costing) -> None:
+        m, signs = costing.metric, to_minimization([[1.0] * len(costing.directions)],
+                                                   costing.directions)[0]
+        for t in trials:
+            if (t._trial_id in self.seen or t.state != TrialState.COMPLETE or t.values is None
+                    or len(t.values) != len(costing.directions)):
+                continue
+            self.seen.add(t._trial_id)
+            reached = max(t.intermediate_values) if t.intermediate_values else None
+            self.ids.append(t._trial_id)
+            self.params[t._trial_id] = dict(t.params)
+            self.dists.update(t.distributions)
+            self.metric[t._trial_id] = float(t.values[m])
+            self.fidelity[t._trial_id] = (1.0 if reached is None else
+                                          min(1.0, reached / max(1, costing.full_epochs)))
+            values = np.asarray(t.values, dtype=float)
+            self.largest = values if self.largest is None else np.maximum(self.largest, values)
+            if reached is None or reached >= costing.full_epochs:
+                self._add_to_front(t._trial_id, values * signs, list(t.values))
+
+    def _add_to_front(self, trial_id: int, point: np.ndarray, values: list[float]) -> None:
+        for other in self.front.values():
+            if np.all(other <= point) and np.any(other < point):
+                return
+        beaten = [i for i, other in self.front.items()
+                  if np.all(point <= other) and np.any(point < other)]
+        for i in beaten:
+            del self.front[i]
+            del self.values[i]
+        self.front[trial_id], self.values[trial_id] = point, values
+
+    def candidate_row(self, candidate: Candidate, dists: dict[str, BaseDistribution],
+                      names: tuple[str, ...]) -> list[float]:
+        """A candidate's model input at the full epochs, encoded once per key."""
+        if names != self.names:
+            self.rows, self.encoded, self.names = {}, {}, names
+        key = candidate[2]
+        if key not in self.encoded:
+            self.encoded[key] = [*_encode(candidate[0], dists, names), 1.0]
+        return self.encoded[key]
+
+    def row(self, trial_id: int, dists: dict[str, BaseDistribution],
+            names: tuple[str, ...]) -> list[float]:
+        if names != self.names:  # a parameter seen for the first time: encode again
+            self.rows, self.encoded, self.names = {}, {}, names
+        if trial_id not in self.rows:
+            self.rows[trial_id] = [*_encode(self.params[trial_id], dists, names),
+                                   self.fidelity[trial_id]]
+        return self.rows[trial_id]
 
 
-# ----------------------------------------------------------------------------- the sampler
 class CostAwareSampler(optuna.samplers.BaseSampler):
-    """See the module: random candidates costed exactly, accuracy from a Gaussian process,
-    the largest expected hypervolume improvement trained."""
+    """See the module: candidates costed exactly, accuracy from a Gaussian process, the largest
+    expected hypervolume improvement (closed form) trained."""
 
-    def __init__(self, *, seed: int | None = None, candidates: int = 24,
-                 n_startup_trials: int = 2, mc_samples: int = 32,
-                 startup: str = "cost") -> None:
-        if candidates < 1 or n_startup_trials < 0 or mc_samples < 1:
-            raise ValueError("candidates and mc_samples must be at least 1, n_startup_trials "
-                             "at least 0")
+    def __init__(self, *, seed: int | None = None, candidates: int = 8, mutations: int = 8,
+                 pool: int = 64, n_startup_trials: int = 2, startup: str = "cost",
+                 max_points: int = 256) -> None:
+        if (candidates < 1 or mutations < 0 or n_startup_trials < 0 or max_points < 2
+                or pool < candidates + mutations):
+            raise ValueError("candidates must be at least 1, mutations and n_startup_trials "
+                             "at least 0, max_points at least 2, pool at least candidates + "
+                             "mutations")
         if startup not in STARTUPS:
             raise ValueError(f"startup must be one of {', '.join(STARTUPS)}, not {startup!r}")
         self.startup = startup
         self._rng = np.random.default_rng(seed)
         self._random = optuna.samplers.RandomSampler(seed=seed)
-        self.candidates, self.n_startup_trials, self.mc_samples = (
-            candidates, n_startup_trials, mc_samples)
+        self.candidates, self.mutations, self.n_startup_trials, self.max_points = (
+            candidates, mutations, n_startup_trials, max_points)
+        self.pool = pool
+        self._threads: ThreadpoolController | None = None
         self.costing: Costing | None = None
         #: By trial id: the parameters chosen for it, its cost objectives and predicted metric.
         self._chosen: dict[int, tuple[dict[str, Any], list[float], float]] = {}
         self._keys: dict[int, str | None] = {}  # by trial id: what its parameters train
+        self._memory: dict[int, _Memory] = {}  # by study id
+        self._hyper: tuple[float, float] | None = None  # the GP's, and the trials it saw
+        self._hyper_at = 0
 
     def reseed_rng(self) -> None:
         self._random.reseed_rng()
@@ -199,16 +279,27 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
         costing = self.costing
         if costing is None or trial.system_attrs.get("fixed_params"):  # an enqueued trial
             return
+        began = time.perf_counter()
         trials = study.get_trials(deepcopy=False)
-        observed = [t for t in trials if t.state == TrialState.COMPLETE and t.values is not None
-                    and len(t.values) == len(costing.directions)]
-        if len(observed) < self.n_startup_trials and self.startup == "random":
+        memory = self._memory.setdefault(study._study_id, _Memory())
+        memory.read(trials, costing)
+        if len(memory.ids) < self.n_startup_trials and self.startup == "random":
             return
-        drawn, dists = self._draw(costing)
-        known = {self._key(costing, t) for t in trials}
-        fresh = [(p, c) for p, c, key in drawn if key not in known]  # reuse teaches nothing
+        drawn, dists = self._draw(costing, memory)
+        known = {self._key(costing, t) for t in trials}  # reuse teaches nothing
+        fresh = memory.remember(drawn, dists, known, self.pool)
+        dists = dict(memory.pool_dists)
         if fresh:
-            self._chosen[trial._trial_id] = self._choose(costing, observed, fresh, dists)
+            # One BLAS thread: the driver shares its cores with the trials, and a second
+            # thread waiting on a busy core made a small solve 30 times slower (measured).
+            if self._threads is None:  # finding the BLAS libraries takes milliseconds: once
+                self._threads = ThreadpoolController()
+            with self._threads.limit(limits=1, user_api="blas"):
+                chosen, gain = self._choose(costing, memory, fresh, dists)
+            self._chosen[trial._trial_id] = chosen
+            study._storage.set_trial_system_attr(trial._trial_id, GAIN_KEY, gain)
+            study._storage.set_trial_system_attr(trial._trial_id, SECONDS_KEY,
+                                                 time.perf_counter() - began)
 
     # ------------------------------------------------------------------ steps
     def _key(self, costing: Costing, trial: FrozenTrial) -> str | None:
@@ -216,69 +307,85 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
             self._keys[trial._trial_id] = costing.key_of(dict(trial.params))
         return self._keys.get(trial._trial_id)
 
-    def _draw(self, costing: Costing) -> tuple[list[tuple[dict[str, Any], list[float], str]],
-                                               dict[str, BaseDistribution]]:
-        """Random candidates that meet the constraints, with their cost objectives, and the
-        distributions they were drawn from."""
-        scratch = optuna.create_study(
-            sampler=optuna.samplers.RandomSampler(seed=int(self._rng.integers(2**31))))
-        out: list[tuple[dict[str, Any], list[float], str]] = []
+    def _draw(self, costing: Costing, memory: _Memory
+              ) -> tuple[list[Candidate], dict[str, BaseDistribution]]:
+        """Candidates that meet the constraints, with their cost objectives and keys (random
+        draws, then neighbours of the front's trials), and the distributions they were drawn
+        from."""
+        parents = [memory.params[i] for i in memory.front]
+        fixed: list[dict[str, Any]] = [{} for _ in range(self.candidates)]
+        for _ in range(self.mutations if parents else 0):
+            params = dict(parents[int(self._rng.integers(len(parents)))])
+            names = sorted(params)
+            redraw = 1 + int(self._rng.random() < 0.5)
+            for k in self._rng.choice(len(names), size=min(len(names), redraw), replace=False):
+                del params[names[int(k)]]  # drawn again at random
+            fixed.append(params)
+        out: list[Candidate] = []
         dists: dict[str, BaseDistribution] = {}
         keys: set[str] = set()
-        for _ in range(self.candidates):
-            t = scratch.ask()
-            got = costing.cost_of(t)
+        for given in fixed:
+            t = DrawnTrial(self._rng, given)
+            got = costing.cost_of(t)  # type: ignore[arg-type]  # drawn as an Optuna trial is
             if got is not None and got[0] not in keys:
                 keys.add(got[0])
-                out.append((dict(t.params), got[1], got[0]))
+                out.append((t.params, got[1], got[0]))
                 dists.update(t.distributions)
         return out, dists
 
-    def _choose(self, costing: Costing, observed: list[FrozenTrial],
-                drawn: list[tuple[dict[str, Any], list[float]]],
-                dists: dict[str, BaseDistribution]) -> tuple[dict[str, Any], list[float], float]:
-        """The candidate with the largest expected hypervolume improvement, its costs and its
-        predicted metric."""
-        m = costing.metric
-        for t in observed:
-            dists.update(t.distributions)
-        names = sorted(dists)
+    def _predict(self, memory: _Memory, drawn: list[Candidate],
+                 dists: dict[str, BaseDistribution]) -> tuple[np.ndarray, np.ndarray]:
+        """The GP's predicted metric at the full epochs for each candidate (mean, sd)."""
+        names = tuple(sorted(dists))
+        ids = memory.ids
+        if len(ids) > self.max_points:  # the front, and a random share of the rest
+            front = [i for i in memory.front if i in memory.params][: self.max_points // 2]
+            chosen = set(front)
+            rest = [i for i in ids if i not in chosen]
+            pick = self._rng.choice(len(rest), size=self.max_points - len(front), replace=False)
+            ids = front + [rest[int(k)] for k in sorted(pick)]
+        x = np.array([memory.row(i, dists, names) for i in ids])
+        y = np.array([memory.metric[i] for i in ids])
+        xc = np.array([memory.candidate_row(c, dists, names) for c in drawn])
+        refit = self._hyper is None or len(memory.ids) >= 1.25 * self._hyper_at
+        gp = GaussianProcess(x, y, hyper=None if refit else self._hyper)
+        if refit:
+            self._hyper, self._hyper_at = gp.hyper, len(memory.ids)
+        return gp.predict(xc)
 
-        def fidelity(t: FrozenTrial) -> float:
-            reached = max(t.intermediate_values) if t.intermediate_values else costing.full_epochs
-            return min(1.0, reached / max(1, costing.full_epochs))
-
-        if len(observed) < max(1, self.n_startup_trials):  # start-up: one prior for all
-            ref = fill_reference(costing.reference, [], costing.directions)[m]
-            best = ideal_point(costing.directions)[m]
+    def _choose(self, costing: Costing, memory: _Memory, drawn: list[Candidate],
+                dists: dict[str, BaseDistribution]
+                ) -> tuple[tuple[dict[str, Any], list[float], float], float]:
+        """The candidate with the largest expected hypervolume improvement (its parameters,
+        costs and predicted metric) and that expected improvement."""
+        m, directions = costing.metric, list(costing.directions)
+        dists = {**memory.dists, **dists}
+        if len(memory.ids) < max(1, self.n_startup_trials):  # start-up: one prior for all
+            ref = fill_reference(costing.reference, [], directions)[m]
+            best = ideal_point(directions)[m]
             mu = np.full(len(drawn), (ref + best) / 2)
             sd = np.full(len(drawn), abs(best - ref) / 4)
         else:
-            x = np.array([[*_encode(t.params, dists, names), fidelity(t)] for t in observed])
-            y = np.array([float(t.values[m]) for t in observed])
-            xc = np.array([[*_encode(p, dists, names), 1.0] for p, _ in drawn])
-            mu, sd = _GP(x, y).predict(xc)
+            mu, sd = self._predict(memory, drawn, dists)
 
         def vector(metric: float, cost: list[float]) -> list[float]:
             return [*cost[:m], metric, *cost[m:]]
 
-        full = [list(t.values) for t in observed if not t.intermediate_values
-                or max(t.intermediate_values) >= costing.full_epochs]
         pending = [vector(predicted, c) for _, c, predicted in self._chosen.values()]
-        base = full + pending
-        directions = list(costing.directions)
-        samples = mu[:, None] + sd[:, None] * self._rng.standard_normal((len(drawn),
-                                                                         self.mc_samples))
-        every = base + [vector(a, c) for (_, c), row in zip(drawn, samples, strict=True)
-                        for a in row]
-        scaled = scale_to_reference(every, directions, costing.reference)
-        ones = np.ones(len(directions))
-        front = scaled[:len(base)]
-        now = hypervolume(front, ones)
-        gains = np.zeros(len(drawn))
-        for i in range(len(drawn)):
-            block = scaled[len(base) + i * self.mc_samples: len(base) + (i + 1) * self.mc_samples]
-            gains[i] = np.mean([hypervolume(np.vstack([front, p[None, :]]), ones) - now
-                                for p in block])
-        best = int(np.argmax(gains))
-        return drawn[best][0], drawn[best][1], float(mu[best])
+        base = list(memory.values.values()) + pending
+        largest = [memory.largest.tolist()] if memory.largest is not None else []
+        reference = fill_reference(costing.reference, [*largest, *base,
+                                                        *(vector(0.0, c) for _, c, _ in drawn)],
+                                   directions)
+        scaled = scale_to_reference(base, directions, reference)
+        tiling = tile(scaled, m)
+        # the metric's scaled image is linear in it: y = 1 - (a - ref) / (ideal - ref)
+        span = ideal_point(directions)[m] - reference[m]
+        span = span if span != 0 else 1.0
+        cost_rows = scale_to_reference([vector(reference[m], c) for _, c, _ in drawn],
+                                       directions, reference)
+        gains = expected_gains(tiling, np.delete(cost_rows, m, axis=1),
+                               1.0 - (mu - reference[m]) / span, sd / abs(span))
+        best_i = int(np.argmax(gains))
+        params, cost, _ = drawn[best_i]
+        return (params, cost, float(mu[best_i])), float(gains[best_i])

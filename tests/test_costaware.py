@@ -14,7 +14,9 @@ from optuna.trial import TrialState
 
 from nas.errors import ConfigError
 from studies import StudySpec, create_study, run_study
-from studies.costaware import _GP, CostAwareSampler, Costing, bind
+from studies._draw import DrawnTrial
+from studies._gp import GaussianProcess
+from studies.costaware import GAIN_KEY, SECONDS_KEY, CostAwareSampler, Costing, _Memory, bind
 from studies.samplers import LearnsFromStopped, make_sampler
 from studies.store import Status, TrialKey
 
@@ -111,10 +113,9 @@ def test_its_start_up_trains_the_cheapest_candidates_first() -> None:
     x = first.suggest_float("x", 0.0, 1.0)
     chosen, _, predicted = sampler._chosen[first._trial_id]
     assert chosen == {"x": x} and predicted == pytest.approx(0.5)  # between reference and 1
-    # The candidates: a random sampler's draws at the first seed the sampler's generator gives.
-    draws = optuna.create_study(sampler=optuna.samplers.RandomSampler(
-        seed=int(np.random.default_rng(0).integers(2**31))))
-    candidates = [draws.ask().suggest_float("x", 0.0, 1.0) for _ in range(16)]
+    # The candidates: drawn from the generator the sampler's seed gives.
+    rng = np.random.default_rng(0)
+    candidates = [DrawnTrial(rng).suggest_float("x", 0.0, 1.0) for _ in range(16)]
     assert x == min(c for c in candidates if c <= 0.9)
     second = study.ask()
     y = second.suggest_float("x", 0.0, 1.0)
@@ -126,7 +127,7 @@ def test_its_start_up_trains_the_cheapest_candidates_first() -> None:
 def test_the_gaussian_process_fits_what_it_saw_and_is_unsure_away_from_it() -> None:
     x = np.linspace(0, 1, 8)[:, None]
     y = np.sin(3 * x[:, 0])
-    gp = _GP(x, y)
+    gp = GaussianProcess(x, y)
     mu, sd = gp.predict(x)
     assert np.allclose(mu, y, atol=0.1)
     _, far_sd = gp.predict(np.array([[3.0]]))
@@ -187,3 +188,78 @@ def test_a_study_run_by_the_engine_trains_the_candidates_it_chose(tmp_path: Path
         assert trial.user_attrs[TrialKey.STATUS] in (Status.COMPLETED, Status.STOPPED)
     assert sum(t.user_attrs.get(TrialKey.STATUS) in (Status.COMPLETED, Status.STOPPED,
                                                      Status.REUSED) for t in trials.values()) == 6
+
+
+def test_each_chosen_trial_records_its_expected_gain_and_seconds() -> None:
+    _sampler, study = _bound(candidates=8)
+    for x, acc in ((0.5, 0.6), (0.2, 0.3)):
+        _tell(study, x, acc)
+    trial = study.ask()
+    trial.suggest_float("x", 0.0, 1.0)
+    attrs = study._storage.get_trial(trial._trial_id).system_attrs
+    assert attrs[GAIN_KEY] > 0 and attrs[SECONDS_KEY] >= 0
+    # the gain is what the chosen candidate adds in expectation: at most the volume left
+    assert attrs[GAIN_KEY] <= 1.0 - 0.6 * 0.5
+
+
+def test_past_max_points_the_model_fits_a_subset_and_refits_on_a_schedule() -> None:
+    sampler, study = _bound(candidates=8, mutations=4, max_points=6)
+    rng = np.random.default_rng(0)
+    for x in rng.uniform(0, 0.9, 20):
+        _tell(study, float(x), float(0.3 + 0.5 * x))
+    trial = study.ask()
+    x = trial.suggest_float("x", 0.0, 1.0)
+    assert trial._trial_id in sampler._chosen and sampler._hyper is not None
+    first_fit = sampler._hyper_at
+    study.tell(trial, [0.3 + 0.5 * x, 1000 * x])
+    study.ask()  # one more trial than at the fit: the length scale and noise are kept
+    assert sampler._hyper_at == first_fit
+    for x in rng.uniform(0, 0.9, 10):
+        _tell(study, float(x), float(0.3 + 0.5 * x))
+    study.ask()  # a third more: searched again
+    assert sampler._hyper_at > first_fit
+
+
+def test_mutations_are_neighbours_of_the_front() -> None:
+    def grid(t: optuna.Trial) -> tuple[str, list[float]] | None:
+        a, b, c = (t.suggest_int(n, 0, 50) for n in "abc")
+        return f"{a},{b},{c}", [float(a + b + c)]
+
+    sampler = CostAwareSampler(seed=0, candidates=1, mutations=16)
+    study = optuna.create_study(directions=DIRECTIONS, sampler=sampler)
+    sampler.costing = Costing(grid, lambda p: ",".join(str(p.get(n)) for n in "abc"), 0,
+                              DIRECTIONS, [0.0, 150.0], full_epochs=1)
+    dists = {n: optuna.distributions.IntDistribution(0, 50) for n in "abc"}
+    parents = [(10, 10, 10), (30, 40, 20)]
+    for (a, b, c), acc in zip(parents, (0.5, 0.9), strict=True):
+        study.add_trial(optuna.trial.create_trial(params={"a": a, "b": b, "c": c},
+                                                  distributions=dists, values=[acc, a + b + c]))
+    drawn, _ = sampler._draw(sampler.costing, _read(sampler, study))
+    neighbours = [p for p, _, _ in drawn[1:]]  # after the one random candidate
+    assert len(neighbours) >= 8
+    for p in neighbours:  # one or two of a front trial's three parameters drawn again
+        assert any(sum(p[n] == v for n, v in zip("abc", parent, strict=True)) >= 1
+                   for parent in parents)
+
+
+def _read(sampler: CostAwareSampler, study: optuna.Study) -> Any:
+    memory = sampler._memory.setdefault(study._study_id, _Memory())
+    assert sampler.costing is not None
+    memory.read(study.get_trials(deepcopy=False), sampler.costing)
+    return memory
+
+
+def test_a_drawn_trial_keeps_fixed_values_inside_their_distribution_and_draws_the_rest() -> None:
+    rng = np.random.default_rng(0)
+    t = DrawnTrial(rng, {"a": 3, "b": 99, "c": "y"})
+    assert t.suggest_int("a", 0, 5) == 3
+    assert 0 <= t.suggest_int("b", 0, 5) <= 5  # 99 is outside: drawn
+    assert t.suggest_categorical("c", ["x", "y"]) == "y"
+    assert t.suggest_int("a", 0, 5) == 3  # asked again: the same value
+    stepped = [DrawnTrial(rng).suggest_float("f", 0.0, 1.0, step=0.25) for _ in range(50)]
+    assert set(stepped) <= {0.0, 0.25, 0.5, 0.75, 1.0} and len(set(stepped)) > 2
+    logged = [DrawnTrial(rng).suggest_int("n", 1, 1000, log=True) for _ in range(200)]
+    assert min(logged) >= 1 and max(logged) <= 1000 and np.median(logged) < 200
+    assert set(t.params) == {"a", "b", "c"} and set(t.distributions) == {"a", "b", "c"}
+    with pytest.raises(NotImplementedError, match="never trained"):
+        t.report(0.5, 1)
