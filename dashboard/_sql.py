@@ -28,8 +28,8 @@ from optuna.distributions import (
 )
 from sqlalchemy.engine import Connection
 
+from nas.errors import first_line
 from studies.store import StoredValueError, stored
-from studies.text import first_line
 
 # Optuna's tables, as much of them as the dashboard reads (the schema of optuna >= 3). Enumerated
 # columns are read as text (see ``as_text``).

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from nas.config import ArchConfig
-from nas.errors import ConfigError, NasError
+from nas.errors import ConfigError, NasError, first_line
 from nas.presets import PRESETS
 from nas.tasks import TaskGeometry
 
@@ -214,8 +214,7 @@ def read_mapping(path: str | Path, what: str = "file") -> dict[str, Any]:
         else:
             data = _parse_yaml(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise ConfigError(f"{what} {str(p)!r} is not valid {kind}: {first}") from None
+        raise ConfigError(f"{what} {str(p)!r} is not valid {kind}: {first_line(exc)}") from None
     except RecursionError:
         raise ConfigError(f"{what} {str(p)!r} nests mappings and lists too deeply.") from None
     except ValueError as exc:  # e.g. an integer of more digits than Python converts

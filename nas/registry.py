@@ -20,7 +20,7 @@ from importlib.metadata import entry_points
 from types import MappingProxyType, ModuleType
 from typing import Any, TypeVar
 
-from nas.errors import ConfigError
+from nas.errors import ConfigError, first_line
 from nas.knobs import FAMILY_NAMES, KNOBS, Knob
 from nas.tasks import GEOMETRIES, TaskGeometry, TaskKind, get_geometry
 
@@ -269,7 +269,7 @@ def load_plugins() -> None:
             try:
                 _use(point.load(), group)
             except Exception as exc:  # a broken plugin must not break `nas`: say which, go on
-                why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                why = first_line(exc, typed=True)
                 _FAILED[point.name] = why
                 warnings.warn(f"nas: skipped plugin entry point {point.name!r} = "
                               f"{point.value!r} in group {group!r}: {why}", stacklevel=2)

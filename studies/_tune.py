@@ -19,11 +19,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nas.errors import ConfigError, NasError, RunAborted
+from nas.errors import ConfigError, NasError, RunAborted, first_line
 from studies._trials import Evaluator, StudyRun
 from studies.spec import StudySpec
 from studies.store import COUNTED_EXCLUDED, StudyKey, parsed_trials
-from studies.text import first_line
 
 if TYPE_CHECKING:  # Ray Tune is imported when a study runs, not by `nas status`
     from studies.asha import Rungs

@@ -23,10 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nas.errors import ConfigError, NasError
+from nas.errors import ConfigError, NasError, first_line
 from studies._ray_auth import check_ray_token, token_error
 from studies.spec import Resources
-from studies.text import first_line
 
 if TYPE_CHECKING:
     from ray.tune import PlacementGroupFactory

@@ -34,7 +34,7 @@ from ray.tune import Callback
 from ray.tune.search import Searcher
 from ray.tune.stopper import Stopper
 
-from nas.errors import NasError
+from nas.errors import NasError, first_line
 from nas.tasks import TaskGeometry
 from studies._pace import Pace
 from studies._progress import Progress
@@ -44,7 +44,6 @@ from studies.constraints import cost_dict, violations
 from studies.costaware import Costing, bind
 from studies.objectives import objective_values
 from studies.store import Status, StorageError, StoredValueError, TrialKey, study_attrs
-from studies.text import first_line
 from studies.tune_report import EpochResult, FinalResult, kind_of
 
 if TYPE_CHECKING:  # the cost model (torch) is imported when the first trial is costed

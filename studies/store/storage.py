@@ -40,8 +40,7 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.pool import NullPool
 
-from nas.errors import NasError
-from studies.text import first_line
+from nas.errors import NasError, first_line
 
 __all__ = [
     "DEFAULT_STORAGE",

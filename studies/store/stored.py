@@ -22,9 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from nas.errors import NasError
+from nas.errors import NasError, first_line
 from studies.store.keys import Status, StudyKey, TrialKey
-from studies.text import first_line
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nas.errors import NasError
+from nas.errors import NasError, first_line
 
 __all__ = ["RegionFeatures", "feature_files", "feature_index", "json_records", "read_json",
            "resolve"]
@@ -29,11 +29,6 @@ def resolve(root: str | Path | None, path: str | Path) -> Path:
     return p if root is None or p.is_absolute() else Path(root).expanduser() / p
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def read_json(path: Path, what: str) -> Any:
     """The parsed JSON of ``path``; ``what`` names the file's role in messages."""
     if not path.is_file():
@@ -42,7 +37,7 @@ def read_json(path: Path, what: str) -> Any:
         with path.open("rb") as f:
             return json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise NasError(f"{what} '{path}' is not valid JSON: {_first_line(exc)}") from None
+        raise NasError(f"{what} '{path}' is not valid JSON: {first_line(exc)}") from None
 
 
 def json_records(data: Any, key: str, path: Path, what: str, fields: Iterable[str]) -> list[Any]:

@@ -1,8 +1,8 @@
-"""``studies.text.first_line``: what a nas error quotes of another error, in one line."""
+"""``nas.errors.first_line``: what a nas error quotes of another error, in one line."""
 
 from __future__ import annotations
 
-from studies.text import first_line
+from nas.errors import first_line
 
 
 def test_the_first_line_of_a_page_long_error() -> None:
