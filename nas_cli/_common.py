@@ -3,13 +3,21 @@ subcommand modules, which all import it)."""
 
 from __future__ import annotations
 
+import argparse
 import math
 from typing import Any
 
 from nas.errors import NasError
 
-__all__ = ["EVALUATOR_HELP", "format_agreement", "objective_value", "print_front",
-           "refuse_memory_storage"]
+__all__ = ["ADDRESS_HELP", "EVALUATOR_HELP", "STORAGE_HELP", "add_arch_args", "format_agreement",
+           "objective_value", "print_front", "refuse_memory_storage"]
+
+#: ``--storage`` of every command that opens the study database.
+STORAGE_HELP = ("SQLAlchemy URL of the study database (default: $NAS_STORAGE, else "
+                "sqlite:///nas_studies.db)")
+
+#: ``--address`` of the commands that run trials.
+ADDRESS_HELP = "an existing Ray cluster (e.g. auto)"
 
 #: ``--evaluator`` of ``nas resume`` and ``nas promote``.
 EVALUATOR_HELP = (
@@ -18,7 +26,17 @@ EVALUATOR_HELP = (
     "otherwise)")
 
 
+def add_arch_args(p: argparse.ArgumentParser) -> None:
+    """ARCH and ``--set KEY=VALUE`` (``nas cost``, ``nas train``)."""
+    p.add_argument("arch", metavar="ARCH", help="a preset name or a YAML/JSON architecture file")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="override a key of the architecture (value parsed as YAML); repeatable",
+    )
+
+
 def print_front(name: str, storage: str | None) -> None:
+    """The Pareto front of study ``name``: one line per trial, its objectives and arch_id."""
     from studies import pareto_trials
 
     front = pareto_trials(name, storage)

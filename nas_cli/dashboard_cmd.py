@@ -13,6 +13,8 @@ import math
 import socket
 from typing import Any
 
+from nas_cli._common import STORAGE_HELP
+
 __all__ = ["register"]
 
 _DESCRIPTION = """\
@@ -80,9 +82,7 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("dashboard", help="serve the dashboard on a study database",
                               description=_DESCRIPTION,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--storage", default=None,
-                   help="SQLAlchemy URL of the study database (default: $NAS_STORAGE, else "
-                   "sqlite:///nas_studies.db)")
+    p.add_argument("--storage", default=None, help=STORAGE_HELP)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8050, help="port (default 8050)")

@@ -74,6 +74,7 @@ def register(subparsers: Any) -> None:
     """Add ``data`` (``data prepare``) to the ``nas`` subcommands."""
     p = subparsers.add_parser("data", help="prepare a task's files once on this node",
                               description=_DESCRIPTION)
+    p.set_defaults(func=_prepare)  # its only subcommand (required), which sets it again
     commands = p.add_subparsers(dest="data_command", metavar="COMMAND")
     commands.required = True
     q = commands.add_parser("prepare", help="parse a task's files into the node's data cache",

@@ -11,6 +11,8 @@ import argparse
 import shlex
 from typing import Any
 
+from nas_cli._common import STORAGE_HELP
+
 __all__ = ["FORMAT_NAMES", "export_hint", "register"]
 
 #: The names of ``studies.export.FORMATS`` (repeated here so the parser needs no heavy import;
@@ -66,8 +68,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--format", required=True, choices=FORMAT_NAMES, metavar="FMT",
                    help=f"one of {', '.join(FORMAT_NAMES)}")
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write into")
-    p.add_argument("--storage", default=None,
-                   help="SQLAlchemy URL of the study database (default: $NAS_STORAGE, else "
-                   "sqlite:///nas_studies.db)")
+    p.add_argument("--storage", default=None, help=STORAGE_HELP)
     p.add_argument("--force", action="store_true", help="overwrite existing files")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=_run, prints_stored=True)

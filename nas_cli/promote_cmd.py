@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from nas.errors import ConfigError
 from nas_cli._common import (
+    ADDRESS_HELP,
     EVALUATOR_HELP,
+    STORAGE_HELP,
     format_agreement,
     print_front,
     refuse_memory_storage,
@@ -135,11 +137,9 @@ def register(subparsers: Any) -> None:
                    "marks those within the seed noise")
     p.add_argument("--task", default=None, metavar="TASK",
                    help="the task to retrain on (default: the study's)")
-    p.add_argument("--storage", default=None,
-                   help="SQLAlchemy URL of the study database (default: $NAS_STORAGE, else "
-                   "sqlite:///nas_studies.db)")
-    p.add_argument("--address", default=None, help="an existing Ray cluster (e.g. auto)")
+    p.add_argument("--storage", default=None, help=STORAGE_HELP)
+    p.add_argument("--address", default=None, help=ADDRESS_HELP)
     p.add_argument("--evaluator", default=None, metavar="MODULE:FUNCTION",
                    help=EVALUATOR_HELP)
     p.add_argument("--verbose", action="store_true", help="also show Ray Tune's own output")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=_run, prints_stored=True)

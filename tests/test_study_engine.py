@@ -176,11 +176,11 @@ def test_status_shows_the_training_settings_the_trials_used(front, capsys) -> No
 @pytest.mark.parametrize(("evaluator", "warned"), [(h.at_chance, True), (h.instant, False)])
 def test_a_study_whose_trials_never_beat_chance_says_so(evaluator, warned, tmp_path,
                                                          capsys) -> None:
-    from nas_cli.main import _warn_at_chance
+    from nas_cli.run_cmd import warn_at_chance
 
     url, _ = _run(tmp_path, "chance", evaluator, budget={"trials": 2})
     capsys.readouterr()
-    _warn_at_chance("chance", url)
+    warn_at_chance("chance", url)
     out = capsys.readouterr().out
     assert ("no trial beat chance accuracy (0.1000 on 'digits')" in out) is warned
 
