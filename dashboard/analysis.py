@@ -205,8 +205,9 @@ class StudyView:
 
     ``data`` is the whole study. A view may start from the part its 2-D front draws
     (``dashboard.data.load_front``, ``StudyData.whole`` False) with ``rest``, the function
-    that completes it (``dashboard.data.load_rest``): the front, the hypervolume and the
-    counts come from that part, and ``data`` is completed once, when first asked for.
+    that completes it (``dashboard.data.load_rest``): the front, the hypervolume, the best
+    values and the counts come from that part, and ``data`` is completed once, when first
+    asked for.
     """
 
     def __init__(self, data: StudyData,
@@ -291,7 +292,7 @@ class StudyView:
 
     @property
     def last_activity(self) -> Any:
-        trials = self.front_data.trials
+        trials = self.data.trials
         stamps = pd.concat([trials.started, trials.completed]).dropna()
         return stamps.max() if len(stamps) else None
 

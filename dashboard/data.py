@@ -324,7 +324,7 @@ class StudyData:
     ``knobs`` maps knob columns to parameter names (a parameter whose name clashes with
     another column is prefixed ``param:``); ``distributions`` holds each knob's distribution.
     ``whole`` is False for :func:`load_front`'s part: no knobs, and reason, arch_id,
-    epochs_reached and the completed trials' costs left blank.
+    epochs_reached, the times and the completed trials' costs left blank.
     """
 
     info: StudyInfo
@@ -423,10 +423,12 @@ def _notes(index: pd.Index, bad: Mapping[str, pd.Series],
     for trial_id, keys in (problems or {}).items():
         found.setdefault(int(trial_id), []).extend(keys)
     notes = np.full(len(index), None, dtype=object)
-    for i, trial_id in enumerate(index):
-        keys = found.get(int(trial_id))
-        if keys:
-            notes[i] = ", ".join(keys)
+    if found:  # few trials, if any: looked up by id rather than walking every trial
+        ids = list(found)
+        at = pd.Index(index).get_indexer(ids)
+        for position, trial_id in zip(at, ids, strict=True):
+            if position >= 0:
+                notes[position] = ", ".join(found[trial_id])
     return notes
 
 
@@ -438,12 +440,14 @@ def _wide_attrs(conn: Connection, where: Any, study: str,
     parse (left None). Each distinct text is parsed once (a study's trials share a few costs
     per architecture)."""
     t, a = sql.trials, sql.trial_attrs
-    columns = [sql.pivot(a.c.key == key, a.c.value_json).label(f"a{i}")
-               for i, key in enumerate(keys)]
-    df = sql.frame(conn, sa.select(a.c.trial_id, *columns)
-                   .join(t, t.c.trial_id == a.c.trial_id)
-                   .where(where, a.c.key.in_(list(keys))).group_by(a.c.trial_id),
-                   ["trial_id", *keys.values()]).set_index("trial_id")
+    query = sa.select(a.c.trial_id).join(t, t.c.trial_id == a.c.trial_id).where(
+        where, a.c.key.in_(list(keys)))
+    if len(keys) == 1:  # a trial holds a key once (Optuna's unique constraint): no grouping
+        query = query.add_columns(a.c.value_json)
+    else:
+        query = query.add_columns(*(sql.pivot(a.c.key == key, a.c.value_json).label(f"a{i}")
+                                    for i, key in enumerate(keys))).group_by(a.c.trial_id)
+    df = sql.frame(conn, query, ["trial_id", *keys.values()]).set_index("trial_id")
     bad: dict[str, pd.Series] = {}
     for key, name in keys.items():
         df[name], mask = sql.scalars(df[name], study=study, key=key, check=_typed(study, key))
@@ -547,7 +551,7 @@ _COST = {TrialKey.COST: "cost"}
 class _FrontRows:
     """What :func:`_read_front` reads, indexed by trial id."""
 
-    trials: pd.DataFrame  # number, state, started, completed as stored
+    trials: pd.DataFrame  # number, state
     values: pd.DataFrame  # v0, v1, ...: the objectives' values
     attrs: pd.DataFrame  # status; cost_params and cost_madds of the trials not COMPLETE
     bad: dict[str, pd.Series]  # by key: the trials whose value does not parse
@@ -557,6 +561,7 @@ class _FrontRows:
 class _RestRows:
     """What :func:`_read_rest` reads, indexed by trial id."""
 
+    times: pd.DataFrame  # started, completed as stored
     attrs: pd.DataFrame  # reason, arch_id, epochs_reached
     costs: pd.DataFrame  # cost_params and cost_madds of the COMPLETE trials
     bad: dict[str, pd.Series]
@@ -566,13 +571,12 @@ class _RestRows:
 
 
 def _read_front(conn: Connection, info: StudyInfo) -> _FrontRows:
-    """Every trial's row, objective values and status, and the cost of those that did not
-    complete: what the 2-D front draws."""
+    """Every trial's number, state, objective values and status, and the cost of those that did
+    not complete: what the 2-D front draws."""
     t = sql.trials
     mine = t.c.study_id == info.study_id
-    trials = sql.frame(conn, sa.select(t.c.trial_id, t.c.number, t.c.state, t.c.datetime_start,
-                                       t.c.datetime_complete).where(mine),
-                       ["trial_id", "number", "state", "started", "completed"])
+    trials = sql.frame(conn, sa.select(t.c.trial_id, t.c.number, t.c.state).where(mine),
+                       ["trial_id", "number", "state"])
     status, bad = _wide_attrs(conn, mine, info.name, _FRONT_ATTRS)
     cost, bad_cost = _wide_attrs(conn, sa.and_(mine, sql.as_text(t.c.state) != "COMPLETE"),
                                  info.name, _COST)
@@ -581,27 +585,28 @@ def _read_front(conn: Connection, info: StudyInfo) -> _FrontRows:
 
 
 def _read_rest(conn: Connection, info: StudyInfo) -> _RestRows:
-    """What the other views need beside the front's: the knobs, the reason, architecture id and
-    epochs, and the cost of the completed trials."""
+    """What the other views need beside the front's: the trials' times, knobs, reason,
+    architecture id and epochs, and the cost of the completed trials."""
     t = sql.trials
     mine = t.c.study_id == info.study_id
+    times = sql.frame(conn, sa.select(t.c.trial_id, t.c.datetime_start, t.c.datetime_complete)
+                      .where(mine), ["trial_id", "started", "completed"]).set_index("trial_id")
     attrs, bad = _wide_attrs(conn, mine, info.name, _REST_ATTRS)
     costs, bad_cost = _wide_attrs(conn, sa.and_(mine, sql.as_text(t.c.state) == "COMPLETE"),
                                   info.name, _COST)
     params, distributions, problems = _wide_params(conn, mine, info.name)
-    return _RestRows(attrs, costs, {**bad, **bad_cost}, params, distributions, problems)
+    return _RestRows(times, attrs, costs, {**bad, **bad_cost}, params, distributions, problems)
 
 
 def _front_frame(info: StudyInfo, rows: _FrontRows) -> pd.DataFrame:
     """The trials as :class:`StudyData` holds them (trial_id, :data:`FIXED_COLUMNS`, the
     objectives), ordered by number, from the front's rows alone: reason, arch_id and
-    epochs_reached None, the completed trials' costs NaN."""
+    epochs_reached None, times NaT, the completed trials' costs NaN."""
     df = rows.trials.copy()
     df["number"] = _numbers(info.name, df.number)
     df["state"] = df.state.astype(str).str.lower()
-    df["started"] = sql.dates(df.started)
-    df["completed"] = sql.dates(df.completed)
-    df["duration_s"] = (df.completed - df.started).dt.total_seconds()
+    df["started"] = df["completed"] = pd.Series(pd.NaT, index=df.index, dtype="datetime64[ns]")
+    df["duration_s"] = np.nan
     attrs = rows.attrs.reindex(df.index)
     status = attrs.status.astype(object).where(attrs.status.notna(), None)
     # A trial without a readable status reads its state's word (an odd state: that state).
@@ -621,12 +626,16 @@ def _front_frame(info: StudyInfo, rows: _FrontRows) -> pd.DataFrame:
 def _with_rest(info: StudyInfo, front: pd.DataFrame,
                rest: _RestRows) -> tuple[pd.DataFrame, dict[str, str],
                                          dict[str, BaseDistribution]]:
-    """The front's frame with the rest's columns: the trials' reason, arch_id, epochs, the
-    completed ones' costs, each knob (a column per parameter), and the keys of what does not
-    parse added to ``unreadable``; the knob columns and their distributions. Trials the rest
-    holds and the front does not (begun between the two reads) are left out."""
+    """The front's frame with the rest's columns: the trials' times, reason, arch_id, epochs,
+    the completed ones' costs, each knob (a column per parameter), and the keys of what does
+    not parse added to ``unreadable``; the knob columns and their distributions. Trials the
+    rest holds and the front does not (begun between the two reads) are left out."""
     df = front.copy()
     ids = pd.Index(df.trial_id)
+    times = rest.times.reindex(ids)
+    for column in ("started", "completed"):
+        df[column] = pd.Series(sql.dates(times[column]).to_numpy(), index=df.index)
+    df["duration_s"] = (df.completed - df.started).dt.total_seconds()
     attrs = rest.attrs.reindex(ids)
     for column in ("reason", "arch_id", "epochs_reached"):
         values = attrs[column].to_numpy(dtype=object)
@@ -676,8 +685,8 @@ def load_study(engine: Engine, info: StudyInfo, version: str = "") -> StudyData:
 def load_front(engine: Engine, info: StudyInfo, version: str = "") -> StudyData:
     """What the study's 2-D front draws, for its first paint: every trial's row, status and
     objective values, and the cost of those that did not complete (a 100,000-trial study's
-    knobs alone are 1.3 million rows). Its ``whole`` is False: no knobs, reason, arch_id or
-    epochs, no costs of the completed trials; :func:`load_rest` adds them."""
+    knobs alone are 1.3 million rows). Its ``whole`` is False: no knobs, reason, arch_id,
+    epochs or times, no costs of the completed trials; :func:`load_rest` adds them."""
     info.check()
     with reading(engine) as conn:
         front = _read_front(conn, info)
