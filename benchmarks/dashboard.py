@@ -297,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds a page may take to draw its front in the browser")
     args = parser.parse_args(argv)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no line per study created
     name = study_name(args.trials)
     theirs = not args.no_optuna_dashboard
     with tempfile.TemporaryDirectory() as tmp:

@@ -10,7 +10,8 @@ lease. Behind it, one concept per module:
 - ``record``: the writes (a new study's attributes, each way a trial ends, each epoch);
 - ``stored``: the trust boundary, every stored value parsed into typed records;
 - ``lease``: one owner per study (``nas_leases``);
-- ``_snapshot``: one read of the trials per suggestion.
+- ``_snapshot``: one read of the trials per suggestion;
+- ``_listing``: what a listing shows of every study, read for all at once.
 
 The names below are imported on first use, so that reading ``TrialKey`` or ``inert`` does not
 import Optuna and SQLAlchemy.

@@ -12,16 +12,15 @@ every write of a run is retried while a database server's connection is lost.
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import Engine
 
-from nas.errors import ConfigError
+from nas.errors import ConfigError, NasError
 from studies.store import lease
+from studies.store._listing import StudySummary, read_summaries
 from studies.store._snapshot import Asking
 from studies.store.record import RecordWrites, write_study
 from studies.store.storage import (
@@ -48,16 +47,6 @@ class StudyExists(ConfigError):
     def __init__(self, name: str) -> None:
         super().__init__(f"Study {name!r} already exists; continue it with `nas resume {name}` "
                          "or choose another --name.")
-
-
-@dataclass(frozen=True)
-class StudySummary:
-    """What a listing shows of one study: its attributes as a listing parses them (the search
-    space left unparsed), its number of trials and when its first one started."""
-
-    attrs: StudyAttrs
-    trials: int
-    started: datetime | None
 
 
 class StudyStore(RecordWrites):
@@ -133,21 +122,12 @@ class StudyStore(RecordWrites):
         parsed_trials(name, trials)  # every trial's stored attributes parse
         return study, attrs, trials
 
-    def summary(self, name: str) -> StudySummary:
-        """What a listing shows of study ``name`` (``NasError`` where its values do not parse)."""
-        storage = self.storage
-
-        def read() -> tuple[dict[str, Any], int, int, Any]:
-            study_id = storage.get_study_id_from_name(name)
-            trials = storage.get_all_trials(study_id, deepcopy=False)
-            starts = [t.datetime_start for t in trials if t.datetime_start is not None]
-            return (storage.get_study_user_attrs(study_id),
-                    len(storage.get_study_directions(study_id)), len(trials),
-                    min(starts, default=None))
-
+    def summaries(self) -> dict[str, StudySummary | NasError]:
+        """What a listing shows of every study, by name, read for all at once
+        (``studies.store._listing``); for a study whose stored values do not parse, the
+        ``NasError`` that names the value."""
         with session(self.url):
-            raw, n_objectives, n_trials, started = guarded(self.engine, name, read)
-        return StudySummary(study_attrs(name, raw, n_objectives, full=False), n_trials, started)
+            return read_summaries(self.engine)
 
     def completed(self, name: str) -> tuple[StudyAttrs, list[str], list[FrozenTrial]]:
         """Study ``name``'s attributes as a listing parses them, its directions and its
