@@ -31,6 +31,7 @@ from studies.store import (
     parsed_trials,
     resolve_storage_url,
     study_names,
+    study_summaries,
     trial_attrs,
 )
 
@@ -158,7 +159,7 @@ def list_studies(storage_url: str | None = None) -> list[dict[str, Any]]:
     names = study_names(url)
     if not names:
         return []
-    summaries = StudyStore.open(url, read_only=True).summaries()
+    summaries = study_summaries(url)
     return [_summary(name, summaries[name]) for name in sorted(summaries)]
 
 

@@ -23,6 +23,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from studies.store._listing import study_summaries
     from studies.store._store import StudyExists, StudyStore, StudySummary
     from studies.store.keys import COUNTED_EXCLUDED, STATE_OF, Status, StudyKey, TrialKey
     from studies.store.lease import Lease, Owner, StudyOwned, is_stale
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     )
 
 _HOME = {
+    "study_summaries": "studies.store._listing",
     **dict.fromkeys(("StudyExists", "StudyStore", "StudySummary"), "studies.store._store"),
     **dict.fromkeys(("COUNTED_EXCLUDED", "STATE_OF", "Status", "StudyKey", "TrialKey"),
                     "studies.store.keys"),
@@ -94,6 +96,7 @@ __all__ = [
     "resolve_storage_url",
     "study_attrs",
     "study_names",
+    "study_summaries",
     "trial_attrs",
 ]
 

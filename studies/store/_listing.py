@@ -22,9 +22,10 @@ import sqlalchemy as sa
 from optuna.distributions import json_to_distribution
 
 from nas.errors import NasError
+from studies.store.storage import read_only_engine, resolve_storage_url, session
 from studies.store.stored import DECODE_ERRORS, StudyAttrs, diagnose, study_attrs
 
-__all__ = ["StudySummary", "read_summaries"]
+__all__ = ["StudySummary", "read_summaries", "study_summaries"]
 
 
 @dataclass(frozen=True)
@@ -140,3 +141,17 @@ def read_summaries(engine: sa.Engine) -> dict[str, StudySummary | NasError]:
             # wrong shape: a missing key, an unexpected argument): the value named, if it can be.
             out[name] = diagnose(engine, name, exc)
     return out
+
+
+def study_summaries(url: str | None = None) -> dict[str, StudySummary | NasError]:
+    """:func:`read_summaries` of the database at ``url`` (resolved as ``--storage``), over a
+    bare read-only engine: a listing needs none of Optuna's storage, whose opening (its schema
+    checks) took longer than the listing itself. Raises ``StorageError`` where the database
+    cannot be read or holds no Optuna tables."""
+    url = resolve_storage_url(url)
+    engine = read_only_engine(url)
+    try:
+        with session(url):
+            return read_summaries(engine)
+    finally:
+        engine.dispose()

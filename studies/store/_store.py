@@ -18,9 +18,9 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import Engine
 
-from nas.errors import ConfigError, NasError
+from nas.errors import ConfigError
 from studies.store import lease
-from studies.store._listing import StudySummary, read_summaries
+from studies.store._listing import StudySummary
 from studies.store._snapshot import Asking
 from studies.store.record import RecordWrites, write_study
 from studies.store.storage import (
@@ -121,13 +121,6 @@ class StudyStore(RecordWrites):
         attrs = study_attrs(name, raw, len(study.directions))
         parsed_trials(name, trials)  # every trial's stored attributes parse
         return study, attrs, trials
-
-    def summaries(self) -> dict[str, StudySummary | NasError]:
-        """What a listing shows of every study, by name, read for all at once
-        (``studies.store._listing``); for a study whose stored values do not parse, the
-        ``NasError`` that names the value."""
-        with session(self.url):
-            return read_summaries(self.engine)
 
     def completed(self, name: str) -> tuple[StudyAttrs, list[str], list[FrozenTrial]]:
         """Study ``name``'s attributes as a listing parses them, its directions and its
