@@ -122,8 +122,8 @@ def read_summaries(engine: sa.Engine) -> dict[str, StudySummary | NasError]:
     with engine.connect() as conn:
         names = {r[0]: str(r[1]) for r in conn.execute(sa.text(
             "SELECT study_id, study_name FROM studies"))}
-        objectives = dict(conn.execute(sa.text(
-            "SELECT study_id, count(*) FROM study_directions GROUP BY study_id")).all())
+        objectives: dict[int, int] = {r[0]: int(r[1]) for r in conn.execute(sa.text(
+            "SELECT study_id, count(*) FROM study_directions GROUP BY study_id"))}
         attrs = _by_study(conn.execute(sa.text(
             "SELECT study_id, key, value_json FROM study_user_attributes")))
         counts = {r[0]: (r[1], r[2]) for r in conn.execute(sa.text(
