@@ -116,10 +116,11 @@ class Load:
     browser_cpu: float  # the page's main thread's CPU seconds until the front was drawn
 
 
-def _serve(url: str, which: str) -> tuple[subprocess.Popen[str], str]:
-    """A fresh server (``ours`` or optuna-dashboard's) for ``url``: (process, base URL)."""
-    root = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+def _serve(url: str, which: str, root: Path | None = None) -> tuple[subprocess.Popen[str], str]:
+    """A fresh server (``ours`` or optuna-dashboard's) for ``url``, with the dashboard of the
+    checkout at ``root`` (default: this one): (process, base URL)."""
+    root = root or Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
     process = subprocess.Popen([sys.executable, "-c", _SERVER, url, which], cwd=root, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert process.stdout is not None
@@ -175,11 +176,12 @@ def _main_thread_cpu(driver: Any) -> float:
 
 
 def front_load(driver: Any, url: str, which: str, path: str, selector: str, carrier: str,
-               timeout: float) -> Load | None:
-    """Load ``path`` of a fresh ``which`` server on ``url`` until the plotly graph at
-    ``selector`` is drawn; its phases (``carrier``: what the Server-Timing of the request
-    carrying the front names). None when it is not drawn within ``timeout`` seconds."""
-    process, base = _serve(url, which)
+               timeout: float, root: Path | None = None) -> Load | None:
+    """Load ``path`` of a fresh ``which`` server on ``url`` (the dashboard of the checkout at
+    ``root``, default this one) until the plotly graph at ``selector`` is drawn; its phases
+    (``carrier``: what the Server-Timing of the request carrying the front names). None when
+    it is not drawn within ``timeout`` seconds."""
+    process, base = _serve(url, which, root)
     script = _DRAWN_PROBE % json.dumps(selector)
     handle = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": script})
     try:

@@ -24,7 +24,9 @@ Then, side by side in one run, interleaved (so both see the same load on the mac
   drawn (``#pareto-2d``; optuna-dashboard's ``#graph-pareto-front`` on
   ``/dashboard/studies/<id>``), each load on a fresh server, split by
   ``benchmarks/_browser_front.py`` into before the request carrying the front, the server's
-  answer, the transfer and the drawing, with CPU seconds of the server and the page beside.
+  answer, the transfer and the drawing, with CPU seconds of the server and the page beside;
+  with ``--baseline DIR``, the study page of the checkout in DIR too (``git worktree add DIR
+  <commit>``), interleaved.
 
 Timings on a machine other work shares stretch every wait: compare the two dashboards measured
 in the same run, and the CPU seconds, which that stretches less.
@@ -242,7 +244,8 @@ def _print_loads(label: str, loads: Sequence[Load | None], timeout: float) -> No
         + (f"   ({missed} of {len(loads)} not drawn within {timeout:.0f} s)" if missed else ""))
 
 
-def _print_browser(url: str, name: str, repeats: int, theirs: bool, timeout: float) -> None:
+def _print_browser(url: str, name: str, repeats: int, theirs: bool, timeout: float,
+                   baseline: Path | None) -> None:
     import importlib.util
 
     from dashboard.layout import study_href
@@ -256,11 +259,15 @@ def _print_browser(url: str, name: str, repeats: int, theirs: bool, timeout: flo
     theirs = theirs and importlib.util.find_spec("optuna_dashboard") is not None
     study_id = optuna.storages.RDBStorage(url).get_study_id_from_name(name)
     ours: list[Load | None] = []
+    before: list[Load | None] = []
     other: list[Load | None] = []
     try:
         for _ in range(repeats):  # interleaved
             ours.append(front_load(driver, url, "ours", study_href(name), "#pareto-2d",
                                    "page.children", timeout))
+            if baseline is not None:
+                before.append(front_load(driver, url, "ours", study_href(name), "#pareto-2d",
+                                         "page.children", timeout, root=baseline))
             if theirs:
                 other.append(front_load(driver, url, "optuna-dashboard",
                                         f"/dashboard/studies/{study_id}", "#graph-pareto-front",
@@ -270,11 +277,18 @@ def _print_browser(url: str, name: str, repeats: int, theirs: bool, timeout: flo
     print(f"  {'':<22}" + "".join(f" {k:>9}" for k in (
         "total", *LOAD_PHASES, "MB", "srv CPU", "page CPU")))
     _print_loads("dashboard", ours, timeout)
+    if baseline is not None:
+        _print_loads("dashboard --baseline", before, timeout)
     if theirs:
         _print_loads("optuna-dashboard", other, timeout)
     mine = [x.total for x in ours if x is not None]
     if mine:
         print(_runs("dashboard: #pareto-2d drawn", mine))
+    old = [x.total for x in before if x is not None]
+    if mine and old:
+        print(_runs(f"--baseline ({baseline})", old))
+        print("  ratio dashboard / --baseline (medians): "
+              f"{statistics.median(mine) / statistics.median(old):.3f}")
     drawn = [x.total for x in other if x is not None]
     if mine and drawn:
         print(_runs("optuna-dashboard: #graph-pareto-front", drawn))
@@ -296,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure the dashboard alone (optuna-dashboard takes minutes)")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds a page may take to draw its front in the browser")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="another checkout whose dashboard loads in the browser too, "
+                             "interleaved (its study page as it was, say)")
     args = parser.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no line per study created
     name = study_name(args.trials)
@@ -314,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         url = f"sqlite:///{path}"
         _print_in_process(url, name, args.repeats, theirs)
         if not args.no_browser:
-            _print_browser(url, name, args.repeats, theirs, args.timeout)
+            _print_browser(url, name, args.repeats, theirs, args.timeout, args.baseline)
         print(f"\nload average during the runs: {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
               f" on {os.cpu_count()} CPUs (other work on the machine slows both sides)")
     return 0
