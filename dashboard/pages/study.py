@@ -88,6 +88,7 @@ def promotion_noise(cache: StudyCache, view: StudyView) -> pd.DataFrame | None:
 def register(app: dash.Dash, cache: StudyCache) -> None:
     """The study page's callbacks, on ``app`` (its views': ``dashboard.pages.views``)."""
     _register_store(app, cache)
+    _register_labels(app, cache)
     _register_table(app, cache)
     _register_downloads(app, cache)
 
@@ -134,25 +135,6 @@ def _register_store(app: dash.Dash, cache: StudyCache) -> None:
             f"{data.get('version')}/{x}/{y}"
         return figure, drawn
 
-    @app.callback(Output(layout.PARETO_2D, "figure", allow_duplicate=True),
-                  Input(layout.FRONT_LABELS, "data"), State(layout.STUDY, "data"),
-                  prevent_initial_call="initial_duplicate")
-    @guarded(lambda exc: no_update)
-    def front_labels(pending: str | None, data: dict[str, Any]) -> Any:
-        # A large study's front came with brief labels (``page``): its full ones, as a patch
-        # of the traces' hover texts (a redraw, after a new selection or axes, has them).
-        if not pending or pending != data.get("version"):
-            return no_update  # the page has moved on to a newer version, redrawn whole
-        v = _view(cache, data)
-        patch = Patch()
-        for i, texts in enumerate(figures.front_labels(v.data, v.front, hover(v),
-                                                       promotion_noise(cache, v))):
-            if texts is not None:
-                patch["data"][i]["hovertext"] = texts
-                patch["data"][i]["hoverinfo"] = "text"
-                del patch["data"][i]["hovertemplate"]
-        return patch
-
     @app.callback(Output(layout.COMPARE, "figure"), store, Input(layout.COMPARE_WITH, "value"),
                   Input(layout.PARETO_X, "value"), Input(layout.PARETO_Y, "value"))
     @guarded(lambda exc: figures.empty(line(exc)))
@@ -179,6 +161,27 @@ def _register_store(app: dash.Dash, cache: StudyCache) -> None:
         if trial is None or not data:
             return no_update
         return layout.trial_href(data["name"], int(trial))
+
+
+def _register_labels(app: dash.Dash, cache: StudyCache) -> None:
+    @app.callback(Output(layout.PARETO_2D, "figure", allow_duplicate=True),
+                  Input(layout.FRONT_LABELS, "data"), State(layout.STUDY, "data"),
+                  prevent_initial_call="initial_duplicate")
+    @guarded(lambda exc: no_update)
+    def front_labels(pending: str | None, data: dict[str, Any]) -> Any:
+        # A large study's front came with brief labels (``page``): its full ones, as a patch
+        # of the traces' hover texts (a redraw, after a new selection or axes, has them).
+        if not pending or pending != data.get("version"):
+            return no_update  # the page has moved on to a newer version, redrawn whole
+        v = _view(cache, data)
+        patch = Patch()
+        for i, texts in enumerate(figures.front_labels(v.data, v.front, hover(v),
+                                                       promotion_noise(cache, v))):
+            if texts is not None:
+                patch["data"][i]["hovertext"] = texts
+                patch["data"][i]["hoverinfo"] = "text"
+                del patch["data"][i]["hovertemplate"]
+        return patch
 
 
 def _register_table(app: dash.Dash, cache: StudyCache) -> None:
