@@ -1,6 +1,7 @@
 """The app's loaded studies: one :class:`~dashboard.analysis.StudyView` per study and data
 version, over a :class:`~dashboard.reader.StudyReader`, each loaded once however many callbacks
-ask for it at the same time."""
+ask for it at the same time (from its front's part where the reader reads that first,
+``dashboard.reader.FrontFirst``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections import OrderedDict
 
 from dashboard.analysis import StudyView
 from dashboard.data import StudyInfo
-from dashboard.reader import StudyReader
+from dashboard.reader import FrontFirst, StudyReader
 
 __all__ = ["StudyCache"]
 
@@ -46,10 +47,16 @@ class StudyCache:
             with self._guard:
                 if key in self._views:
                     return self._views[key]
-            view = StudyView(self.reader.load_study(info, version))
+            view = self._load(info, version)
             with self._guard:
                 self._views[key] = view
                 self._locks.pop(key, None)
                 while len(self._views) > CACHED_STUDIES:
                     self._views.popitem(last=False)
         return view
+
+    def _load(self, info: StudyInfo, version: str) -> StudyView:
+        """The study's front first where the reader can read it so (the rest when asked for)."""
+        if isinstance(self.reader, FrontFirst):
+            return StudyView(self.reader.load_front(info, version), rest=self.reader.load_rest)
+        return StudyView(self.reader.load_study(info, version))

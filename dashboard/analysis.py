@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import threading
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any, cast
@@ -200,11 +201,34 @@ CURVE_POINTS = 300
 
 class StudyView:
     """A loaded study and what its views derive from it, each computed once on first use
-    (the app keeps one per study and data version)."""
+    (the app keeps one per study and data version).
 
-    def __init__(self, data: StudyData) -> None:
-        self.data = data
+    ``data`` is the whole study. A view may start from the part its 2-D front draws
+    (``dashboard.data.load_front``, ``StudyData.whole`` False) with ``rest``, the function
+    that completes it (``dashboard.data.load_rest``): the front, the hypervolume, the best
+    values and the counts come from that part, and ``data`` is completed once, when first
+    asked for.
+    """
+
+    def __init__(self, data: StudyData,
+                 rest: Callable[[StudyData], StudyData] | None = None) -> None:
+        if not data.whole and rest is None:
+            raise ValueError("A part of a study needs `rest`, the function that completes it.")
+        self.front_data = data
+        self._whole = data if data.whole else None
+        self._rest = rest
+        self._lock = threading.Lock()
         self._memo: dict[str, Any] = {}
+
+    @property
+    def data(self) -> StudyData:
+        """The whole study (read now if the view started from its front's part)."""
+        if self._whole is None:
+            with self._lock:  # the first caller reads; the others wait for its result
+                if self._whole is None:
+                    assert self._rest is not None
+                    self._whole = self._rest(self.front_data)
+        return self._whole
 
     def memo(self, key: str, compute: Callable[[], Any]) -> Any:
         """``compute()``, once per view (for what the figures share, such as hover labels)."""
@@ -214,23 +238,26 @@ class StudyView:
 
     @cached_property
     def complete(self) -> pd.DataFrame:
-        return self.data.complete()
+        """The completed trials (the front's part holds them as the whole study does)."""
+        return self.front_data.complete()
 
     @cached_property
     def values(self) -> np.ndarray:
         """Objective values of the completed trials, one column per objective."""
-        return self.complete[list(self.data.objectives)].to_numpy(dtype=float)
+        return self.complete[list(self.front_data.objectives)].to_numpy(dtype=float)
 
     @cached_property
     def sweep(self) -> Sweep:
-        return pareto_sweep(self.values, self.data.info.directions,
-                            reference=self.data.info.reference,
+        info = self.front_data.info
+        return pareto_sweep(self.values, info.directions, reference=info.reference,
                             max_points=CURVE_POINTS)
 
-    @property
+    @cached_property
     def front(self) -> np.ndarray:
-        """The study's Pareto-optimal trials over all objectives (a mask over ``complete``)."""
-        return self.sweep.front
+        """The study's Pareto-optimal trials over all objectives (a mask over ``complete``);
+        the sweep's front, found without its hypervolumes (which the first paint does not
+        need)."""
+        return front_mask(self.values, self.front_data.info.directions)
 
     @property
     def hypervolume(self) -> float:
@@ -249,14 +276,15 @@ class StudyView:
     @cached_property
     def counts(self) -> dict[str, int]:
         """Trials by status (``nas.status``, else the Optuna state)."""
-        counts = self.data.trials.status.astype(str).value_counts()
+        counts = self.front_data.trials.status.astype(str).value_counts()
         return {str(k): int(v) for k, v in counts.items()}
 
     @cached_property
     def best(self) -> dict[str, float]:
         out = {}
-        for i, (name, direction) in enumerate(zip(self.data.objectives,
-                                                  self.data.info.directions, strict=True)):
+        info = self.front_data.info
+        for i, (name, direction) in enumerate(zip(info.objectives, info.directions,
+                                                  strict=True)):
             if len(self.values):
                 column = self.values[:, i]
                 out[name] = float(column.max() if direction == "maximize" else column.min())
@@ -264,7 +292,8 @@ class StudyView:
 
     @property
     def last_activity(self) -> Any:
-        stamps = pd.concat([self.data.trials.started, self.data.trials.completed]).dropna()
+        trials = self.data.trials
+        stamps = pd.concat([trials.started, trials.completed]).dropna()
         return stamps.max() if len(stamps) else None
 
     @cached_property
@@ -283,15 +312,15 @@ def shared_hypervolumes(views: Sequence[StudyView]) -> tuple[list[float], list[f
     objective the least demanding of the studies' references (each its stored ``nas.reference``,
     entries it lacks derived from its trials). Returns (volumes, reference), or why the studies
     cannot be compared (different objectives or directions)."""
-    first = views[0].data.info
+    first = views[0].front_data.info
     for v in views[1:]:
-        info = v.data.info
+        info = v.front_data.info
         if (info.objectives, info.directions) != (first.objectives, first.directions):
             return (f"{info.name} and {first.name} have different objectives "
                     f"({', '.join(info.objectives)} vs {', '.join(first.objectives)}): their "
                     "hypervolumes do not compare.")
     directions = list(first.directions)
-    refs = np.array([fill_reference(v.data.info.reference, v.values,
+    refs = np.array([fill_reference(v.front_data.info.reference, v.values,
                                     directions) for v in views])
     shared = [float(refs[:, k].min() if d == "maximize" else refs[:, k].max())
               for k, d in enumerate(directions)]

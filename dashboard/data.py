@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +60,9 @@ __all__ = [
     "fingerprint",
     "list_studies",
     "load_curves",
+    "load_front",
     "load_promotion",
+    "load_rest",
     "load_study",
     "load_trial",
     "open_readonly",
@@ -341,6 +343,8 @@ class StudyData:
 
     ``knobs`` maps knob columns to parameter names (a parameter whose name clashes with
     another column is prefixed ``param:``); ``distributions`` holds each knob's distribution.
+    ``whole`` is False for :func:`load_front`'s part: no knobs, and reason, arch_id,
+    epochs_reached, the times and the completed trials' costs left blank.
     """
 
     info: StudyInfo
@@ -348,6 +352,7 @@ class StudyData:
     knobs: dict[str, str]
     distributions: dict[str, BaseDistribution]
     version: str = ""
+    whole: bool = True
 
     @property
     def objectives(self) -> tuple[str, ...]:
@@ -426,38 +431,54 @@ def _plain_cost(value: Any) -> bool:
                              and all(isinstance(p, dict) for p in parts.values()))
 
 
-def _notes(n: int, bad: dict[str, np.ndarray]) -> np.ndarray:
-    """Each row's ``unreadable`` cell: the keys whose stored values do not parse, or None."""
-    notes = np.full(n, None, dtype=object)
-    if bad:
-        any_bad = np.logical_or.reduce(list(bad.values()))
-        for i in np.flatnonzero(any_bad):
-            notes[i] = ", ".join(key for key, mask in bad.items() if mask[i])
+def _notes(index: pd.Index, bad: Mapping[str, pd.Series],
+           problems: Mapping[int, list[str]] | None = None) -> np.ndarray:
+    """Each trial's ``unreadable`` cell (``index``: their ids, in order): the keys whose stored
+    values do not parse (``bad``: a mask by trial id per key; ``problems``: more keys by trial
+    id), or None."""
+    found: dict[int, list[str]] = {}
+    for key, mask in bad.items():
+        for trial_id in mask.index[mask.to_numpy(dtype=bool)]:
+            found.setdefault(int(trial_id), []).append(key)
+    for trial_id, keys in (problems or {}).items():
+        found.setdefault(int(trial_id), []).extend(keys)
+    notes = np.full(len(index), None, dtype=object)
+    if found:  # few trials, if any: looked up by id rather than walking every trial
+        ids = list(found)
+        at = pd.Index(index).get_indexer(ids)
+        for position, trial_id in zip(at, ids, strict=True):
+            if position >= 0:
+                notes[position] = ", ".join(found[trial_id])
     return notes
 
 
-def _wide_attrs(conn: Connection, mine: Any, study: str) -> pd.DataFrame:
-    """The scalar ``nas.*`` attributes, ``TrialKey.COST``'s params and MAdds, and ``unreadable``
-    (the keys whose values do not parse: they are left None), one row per trial. Each distinct
-    text is parsed once (a study's trials share a few costs per architecture)."""
+def _wide_attrs(conn: Connection, where: Any, study: str,
+                keys: Mapping[str, str]) -> tuple[pd.DataFrame, dict[str, pd.Series]]:
+    """Trial attributes ``keys`` (key: column) of the trials ``where`` selects, one row per
+    trial holding any (indexed by trial id), ``TrialKey.COST`` as its params and MAdds
+    (``cost_params``, ``cost_madds``); and per key the mask of the rows whose value does not
+    parse (left None). Each distinct text is parsed once (a study's trials share a few costs
+    per architecture)."""
     t, a = sql.trials, sql.trial_attrs
-    keys = {**_SCALAR_ATTRS, TrialKey.COST: "cost"}
-    columns = [sql.pivot(a.c.key == key, a.c.value_json).label(name)
-               for key, name in keys.items()]
-    df = sql.frame(conn, sa.select(a.c.trial_id, *columns)
-                   .join(t, t.c.trial_id == a.c.trial_id)
-                   .where(mine, a.c.key.in_(list(keys))).group_by(a.c.trial_id),
-                   ["trial_id", *keys.values()])
-    bad: dict[str, np.ndarray] = {}
+    query = sa.select(a.c.trial_id).join(t, t.c.trial_id == a.c.trial_id).where(
+        where, a.c.key.in_(list(keys)))
+    if len(keys) == 1:  # a trial holds a key once (Optuna's unique constraint): no grouping
+        query = query.add_columns(a.c.value_json)
+    else:
+        query = query.add_columns(*(sql.pivot(a.c.key == key, a.c.value_json).label(f"a{i}")
+                                    for i, key in enumerate(keys))).group_by(a.c.trial_id)
+    df = sql.frame(conn, query, ["trial_id", *keys.values()]).set_index("trial_id")
+    bad: dict[str, pd.Series] = {}
     for key, name in keys.items():
-        df[name], bad[key] = sql.scalars(df[name], study=study, key=key,
-                                         check=_typed(study, key))
-    for part in ("params", "madds"):
-        df[f"cost_{part}"] = pd.to_numeric(
-            pd.Series([c.get(part) if c is not None else None for c in df.cost],
-                      index=df.index, dtype=object), errors="coerce").astype(float)
-    df["unreadable"] = _notes(len(df), bad)
-    return df.drop(columns="cost").set_index("trial_id")
+        df[name], mask = sql.scalars(df[name], study=study, key=key, check=_typed(study, key))
+        bad[key] = pd.Series(mask, index=df.index)
+    if "cost" in df:
+        costs = df.pop("cost")
+        for part in ("params", "madds"):
+            df[f"cost_{part}"] = pd.to_numeric(
+                pd.Series([c.get(part) if c is not None else None for c in costs],
+                          index=df.index, dtype=object), errors="coerce").astype(float)
+    return df, bad
 
 
 def _wide_values(conn: Connection, mine: Any, n_objectives: int) -> pd.DataFrame:
@@ -538,52 +559,170 @@ def _numbers(name: str, numbers: pd.Series) -> pd.Series:
     return values.astype(np.int64)
 
 
-def load_study(engine: Engine, info: StudyInfo, version: str = "") -> StudyData:
-    """Every trial of the study with what the study page shows (see :class:`StudyData`); a
-    trial's value that does not parse is left None and its key named in ``unreadable``."""
-    info.check()
+#: What the 2-D front needs of each trial beside its row and values (a trial that did not
+#: complete is drawn at its cost, ``TrialKey.COST``), and what the other views need.
+_FRONT_ATTRS = {TrialKey.STATUS: "status"}
+_REST_ATTRS = {TrialKey.REASON: "reason", TrialKey.ARCH_ID: "arch_id",
+               TrialKey.EPOCHS_REACHED: "epochs_reached"}
+_COST = {TrialKey.COST: "cost"}
+
+
+@dataclass(frozen=True)
+class _FrontRows:
+    """What :func:`_read_front` reads, indexed by trial id."""
+
+    trials: pd.DataFrame  # number, state
+    values: pd.DataFrame  # v0, v1, ...: the objectives' values
+    attrs: pd.DataFrame  # status; cost_params and cost_madds of the trials not COMPLETE
+    bad: dict[str, pd.Series]  # by key: the trials whose value does not parse
+
+
+@dataclass(frozen=True)
+class _RestRows:
+    """What :func:`_read_rest` reads, indexed by trial id."""
+
+    times: pd.DataFrame  # started, completed as stored
+    attrs: pd.DataFrame  # reason, arch_id, epochs_reached
+    costs: pd.DataFrame  # cost_params and cost_madds of the COMPLETE trials
+    bad: dict[str, pd.Series]
+    params: pd.DataFrame
+    distributions: dict[str, BaseDistribution]
+    problems: dict[int, list[str]]
+
+
+def _read_front(conn: Connection, info: StudyInfo) -> _FrontRows:
+    """Every trial's number, state, objective values and status, and the cost of those that did
+    not complete: what the 2-D front draws."""
     t = sql.trials
     mine = t.c.study_id == info.study_id
-    with reading(engine) as conn:
-        df = sql.frame(conn, sa.select(t.c.trial_id, t.c.number, t.c.state, t.c.datetime_start,
-                                    t.c.datetime_complete).where(mine),
-                    ["trial_id", "number", "state", "started", "completed"])
-        values = _wide_values(conn, mine, len(info.objectives))
-        attrs = _wide_attrs(conn, mine, info.name)
-        params, dists, problems = _wide_params(conn, mine, info.name)
-    df = df.set_index("trial_id")
+    trials = sql.frame(conn, sa.select(t.c.trial_id, t.c.number, t.c.state).where(mine),
+                       ["trial_id", "number", "state"])
+    status, bad = _wide_attrs(conn, mine, info.name, _FRONT_ATTRS)
+    cost, bad_cost = _wide_attrs(conn, sa.and_(mine, sql.as_text(t.c.state) != "COMPLETE"),
+                                 info.name, _COST)
+    return _FrontRows(trials.set_index("trial_id"), _wide_values(conn, mine, len(info.objectives)),
+                      status.join(cost, how="outer"), {**bad, **bad_cost})
+
+
+def _read_rest(conn: Connection, info: StudyInfo) -> _RestRows:
+    """What the other views need beside the front's: the trials' times, knobs, reason,
+    architecture id and epochs, and the cost of the completed trials."""
+    t = sql.trials
+    mine = t.c.study_id == info.study_id
+    times = sql.frame(conn, sa.select(t.c.trial_id, t.c.datetime_start, t.c.datetime_complete)
+                      .where(mine), ["trial_id", "started", "completed"]).set_index("trial_id")
+    attrs, bad = _wide_attrs(conn, mine, info.name, _REST_ATTRS)
+    costs, bad_cost = _wide_attrs(conn, sa.and_(mine, sql.as_text(t.c.state) == "COMPLETE"),
+                                  info.name, _COST)
+    params, distributions, problems = _wide_params(conn, mine, info.name)
+    return _RestRows(times, attrs, costs, {**bad, **bad_cost}, params, distributions, problems)
+
+
+def _front_frame(info: StudyInfo, rows: _FrontRows) -> pd.DataFrame:
+    """The trials as :class:`StudyData` holds them (trial_id, :data:`FIXED_COLUMNS`, the
+    objectives), ordered by number, from the front's rows alone: reason, arch_id and
+    epochs_reached None, times NaT, the completed trials' costs NaN."""
+    df = rows.trials.copy()
     df["number"] = _numbers(info.name, df.number)
     df["state"] = df.state.astype(str).str.lower()
-    df["started"] = sql.dates(df.started)
-    df["completed"] = sql.dates(df.completed)
-    df["duration_s"] = (df.completed - df.started).dt.total_seconds()
-    df = df.join(attrs)
-    for column in ("status", "reason", "arch_id", "epochs_reached", "unreadable"):
-        df[column] = df[column].astype(object).where(df[column].notna(), None)
-    for trial_id, keys in problems.items():
-        if trial_id in df.index:
-            before = df.at[trial_id, "unreadable"]
-            df.at[trial_id, "unreadable"] = ", ".join([before, *keys] if before else keys)
+    df["started"] = df["completed"] = pd.Series(pd.NaT, index=df.index, dtype="datetime64[ns]")
+    df["duration_s"] = np.nan
+    attrs = rows.attrs.reindex(df.index)
+    status = attrs.status.astype(object).where(attrs.status.notna(), None)
     # A trial without a readable status reads its state's word (an odd state: that state).
-    df["status"] = df.status.where(df.status.notna(), df.state.map(STATUS_OF_STATE))
-    df["status"] = df.status.where(df.status.notna(), df.state)
+    status = status.where(status.notna(), df.state.map(STATUS_OF_STATE))
+    df["status"] = status.where(status.notna(), df.state)
+    for column in ("reason", "arch_id", "epochs_reached"):
+        df[column] = pd.Series(None, index=df.index, dtype=object)
+    for part in ("cost_params", "cost_madds"):
+        df[part] = attrs[part].astype(float)
+    df["unreadable"] = pd.Series(_notes(df.index, rows.bad), index=df.index, dtype=object)
     for i, name in enumerate(info.objectives):
-        df[name] = values[f"v{i}"] if f"v{i}" in values else float("nan")
-        df[name] = df[name].astype(float)
+        df[name] = rows.values[f"v{i}"].reindex(df.index).astype(float)
+    df = df.reset_index().sort_values("number", kind="stable").reset_index(drop=True)
+    return df[["trial_id", *FIXED_COLUMNS, *info.objectives]]
+
+
+def _with_rest(info: StudyInfo, front: pd.DataFrame,
+               rest: _RestRows) -> tuple[pd.DataFrame, dict[str, str],
+                                         dict[str, BaseDistribution]]:
+    """The front's frame with the rest's columns: the trials' times, reason, arch_id, epochs,
+    the completed ones' costs, each knob (a column per parameter), and the keys of what does
+    not parse added to ``unreadable``; the knob columns and their distributions. Trials the
+    rest holds and the front does not (begun between the two reads) are left out."""
+    df = front.copy()
+    ids = pd.Index(df.trial_id)
+    times = rest.times.reindex(ids)
+    for column in ("started", "completed"):
+        df[column] = pd.Series(sql.dates(times[column]).to_numpy(), index=df.index)
+    df["duration_s"] = (df.completed - df.started).dt.total_seconds()
+    attrs = rest.attrs.reindex(ids)
+    for column in ("reason", "arch_id", "epochs_reached"):
+        values = attrs[column].to_numpy(dtype=object)
+        df[column] = pd.Series(values, index=df.index, dtype=object).where(pd.notna(values), None)
+    costs = rest.costs.reindex(ids)
+    for part in ("cost_params", "cost_madds"):
+        df[part] = df[part].fillna(pd.Series(costs[part].to_numpy(dtype=float), index=df.index))
+    more = _notes(ids, rest.bad, rest.problems)
+    df["unreadable"] = pd.Series([", ".join(n for n in pair if isinstance(n, str)) or None
+                                  for pair in zip(df.unreadable, more, strict=True)],
+                                 index=df.index, dtype=object)
     taken = set(_RESERVED) | set(info.objectives)
     knobs: dict[str, str] = {}
-    for param in params.columns:
+    for param in rest.params.columns:
         column = param
         while column in taken:  # a parameter named as another column: prefixed
             column = f"param:{column}"
         taken.add(column)
         knobs[column] = param
     for column, param in knobs.items():
-        df[column] = params[param].reindex(df.index).astype(object)
-    df = df.reset_index().sort_values("number", kind="stable").reset_index(drop=True)
-    columns = [*FIXED_COLUMNS, *info.objectives, *knobs]
-    return StudyData(info, df[["trial_id", *columns]], knobs,
-                     {c: dists[p] for c, p in knobs.items()}, version)
+        df[column] = pd.Series(rest.params[param].reindex(ids).to_numpy(dtype=object),
+                               index=df.index, dtype=object)
+    return df, knobs, {c: rest.distributions[p] for c, p in knobs.items()}
+
+
+def _study(info: StudyInfo, front: pd.DataFrame, rest: _RestRows | None,
+           version: str) -> StudyData:
+    knobs: dict[str, str] = {}
+    distributions: dict[str, BaseDistribution] = {}
+    if rest is not None:
+        front, knobs, distributions = _with_rest(info, front, rest)
+    columns = ["trial_id", *FIXED_COLUMNS, *info.objectives, *knobs]
+    return StudyData(info, front[columns], knobs, distributions, version,
+                     whole=rest is not None)
+
+
+def load_study(engine: Engine, info: StudyInfo, version: str = "") -> StudyData:
+    """Every trial of the study with what the study page shows (see :class:`StudyData`), read
+    in one snapshot; a trial's value that does not parse is left None and its key named in
+    ``unreadable``."""
+    info.check()
+    with reading(engine) as conn:
+        front, rest = _read_front(conn, info), _read_rest(conn, info)
+    return _study(info, _front_frame(info, front), rest, version)
+
+
+def load_front(engine: Engine, info: StudyInfo, version: str = "") -> StudyData:
+    """What the study's 2-D front draws, for its first paint: every trial's row, status and
+    objective values, and the cost of those that did not complete (a 100,000-trial study's
+    knobs alone are 1.3 million rows). Its ``whole`` is False: no knobs, reason, arch_id,
+    epochs or times, no costs of the completed trials; :func:`load_rest` adds them."""
+    info.check()
+    with reading(engine) as conn:
+        front = _read_front(conn, info)
+    return _study(info, _front_frame(info, front), None, version)
+
+
+def load_rest(engine: Engine, front: StudyData) -> StudyData:
+    """:func:`load_front`'s trials with the rest of what the study page shows, read in a
+    snapshot of its own: as :func:`load_study` reads them, but for a trial that changed
+    between the two reads (its newer attributes beside its older values until the page's next
+    refresh reloads the study, which its change of fingerprint brings)."""
+    if front.whole:
+        return front
+    with reading(engine) as conn:
+        rest = _read_rest(conn, front.info)
+    return _study(front.info, front.trials, rest, front.version)
 
 
 def load_curves(engine: Engine, info: StudyInfo) -> pd.DataFrame:

@@ -28,11 +28,13 @@ from studies.store import Status
 
 __all__ = [
     "COLORS",
+    "FULL_LABELS_MAX",
     "WEBGL_FROM",
     "compare_fronts",
     "cost_parts",
     "empty",
     "epoch_curves",
+    "front_labels",
     "hover_labels",
     "hypervolume_history",
     "importance",
@@ -51,6 +53,10 @@ __all__ = [
 
 #: From this many points on, scatter plots draw with WebGL (SVG slows down past a few thousand).
 WEBGL_FROM = 2000
+#: Past this many points, a front's full hover labels (:func:`hover_labels`) are built for its
+#: Pareto-optimal points only; the others get a brief one (trial number and coordinates):
+#: 100,000 full labels are 30 MB to send and seconds to build.
+FULL_LABELS_MAX = 20_000
 COLORS = {"front": "#1f77b4", "dominated": "rgba(127,127,127,0.3)", "rejected": "#d62728",
           "other": "#ff7f0e", "selected": "#e6007e"}
 _DOMINATED_3D = "#7f7f7f"  # COLORS["dominated"] without its transparency
@@ -124,16 +130,20 @@ def _column_text(column: pd.Series, prefix: str = "", kind: Kind = "plain",
     return np.array([*labels, absent], dtype=object)[codes]  # -1: missing, the last
 
 
-def hover_labels(data: StudyData) -> pd.Series:
+def hover_labels(data: StudyData, front: np.ndarray | None = None) -> pd.Series:
     """The hover label of each completed or rejected trial (indexed as ``data.trials``): trial
     number, status and reason, objective values, knobs and arch_id, all escaped. The Pareto
-    views share them (``labels=``), so a large study builds them once.
+    views share them (``labels=``), so a large study builds them once. Past
+    :data:`FULL_LABELS_MAX` such trials, only those of ``front`` (a mask over
+    ``data.complete()``, where given): the figures give the others a brief label.
 
     One string per point, names repeated: a 2-D ``customdata`` with a shared hover template
     would be smaller, but plotly copies string arrays item by item, several times per figure,
     which for 10,000 points costs more than the bytes saved."""
     trials = data.trials
     shown = trials[(trials.state == "complete") | (trials.status == Status.REJECTED)]
+    if front is not None and len(shown) > FULL_LABELS_MAX:
+        shown = data.complete()[front]
     return pd.Series(_hover(shown, data), index=shown.index, dtype=object)
 
 
@@ -265,6 +275,40 @@ def _selection(numbers: pd.Series, selected: Collection[int] | None) -> dict[str
             "unselected": {"marker": {"opacity": 0.25}}}
 
 
+def _trace_hover(df: pd.DataFrame, labels: pd.Series | None, noise: pd.DataFrame | None,
+                 marker: Mapping[str, Any]) -> np.ndarray | None:
+    """A trace's hover texts: each trial's label (with its seeds' line, ``noise``), or None
+    where some trial of it has none (``labels`` None: none has)."""
+    if labels is None or not df.index.isin(labels.index).all():
+        return None
+    hover = labels.loc[df.index]
+    if noise is not None and marker.get("symbol") != "x":
+        hover = hover + pd.Series(_noise_texts(df, noise), index=df.index, dtype=str)
+    return _texts(hover)
+
+
+def _hover_keys(hover: np.ndarray | None, axes: Sequence[str],
+                objectives: Sequence[str]) -> dict[str, Any]:
+    """A trace's hover keys: its texts, or where it has none a brief label (the trial number
+    and its coordinates, named in ``meta``: no stored name enters the template itself)."""
+    if hover is not None:
+        return {"hovertext": hover, "hoverinfo": "text"}
+    formats = {"count": ":.3s", "metric": ":.4f", "plain": ""}
+    lines = [f"%{{meta[{i}]}} = %{{{v}{formats[kind_of(a, objectives)]}}}"
+             for i, (v, a) in enumerate(zip("xyz", axes, strict=False))]
+    return {"hovertemplate": "<br>".join(["<b>trial %{customdata}</b>", *lines])
+            + "<extra></extra>", "meta": [text(header(a)) for a in axes]}
+
+
+def front_labels(data: StudyData, front: np.ndarray, labels: pd.Series,
+                 noise: pd.DataFrame | None = None) -> list[np.ndarray | None]:
+    """The hover texts of each trace of :func:`pareto_2d` and :func:`pareto_3d` (their traces
+    of trials, in order) with ``labels``; None for a trace some of whose trials have none. For a
+    front drawn with ``brief=True`` and given its labels after."""
+    return [_trace_hover(df, labels, noise, marker)
+            for _, df, marker in _scatter_groups(data, front, noise)]
+
+
 SCALES = ("auto", "linear", "log")
 _COSTS = ("params", "madds")
 
@@ -285,15 +329,17 @@ def _log_axis(name: str, values: np.ndarray, scale: str = "auto") -> bool:
 def pareto_2d(data: StudyData, x: str, y: str, front: np.ndarray, *,
               labels: pd.Series | None = None,
               selected: Collection[int] | None = None, scale: str = "auto",
-              noise: pd.DataFrame | None = None) -> go.Figure:
+              noise: pd.DataFrame | None = None, brief: bool = False) -> go.Figure:
     """Completed trials on objectives ``x`` and ``y``: the study's Pareto-optimal trials (over
     all its objectives, ``front`` a mask over ``data.complete()``) in colour, dominated ones
     faded, constraint-rejected ones as crosses (at their cost; on an axis they have no value for,
     at the worst value reached), and the constraint limits as dashed lines. ``labels``:
-    :func:`hover_labels`, if already built; ``selected``: trial numbers to highlight (the others
-    fade). ``noise``: a seeded promotion's spread (``dashboard.data.seed_noise``): the trials
-    it trained get error bars of ± their accuracy's seed std on the accuracy axis, and the
-    front points within the noise are open diamonds with a legend entry of their own."""
+    :func:`hover_labels`, if already built (a trace some of whose trials have none gets brief
+    labels); ``brief``: brief labels everywhere, none built (a first paint, completed by
+    :func:`front_labels`); ``selected``: trial numbers to highlight (the others fade).
+    ``noise``: a seeded promotion's spread (``dashboard.data.seed_noise``): the trials it
+    trained get error bars of ± their accuracy's seed std on the accuracy axis, and the front
+    points within the noise are open diamonds with a legend entry of their own."""
     complete = data.complete()
     if complete.empty and not (data.trials.status == Status.REJECTED).any():
         return empty("No completed trials yet.")
@@ -303,24 +349,24 @@ def pareto_2d(data: StudyData, x: str, y: str, front: np.ndarray, *,
     scatter = go.Scattergl if len(data.trials) >= WEBGL_FROM else go.Scatter
     fig = _figure(xaxis_title=_label(x, directions), yaxis_title=_label(y, directions),
                   uirevision=f"{x}/{y}")
-    labels = hover_labels(data) if labels is None else labels
+    if not brief and labels is None:
+        labels = hover_labels(data, front)
     all_x: list[np.ndarray] = []
     all_y: list[np.ndarray] = []
     for name, df, marker in _scatter_groups(data, front, noise):
         px, py = _points(df, (x, y), directions, complete)
         all_x.append(px)
         all_y.append(py)
-        hover = labels.loc[df.index]
         bars: dict[str, Any] = {}
         if noise is not None and marker.get("symbol") != "x":
-            hover = hover + pd.Series(_noise_texts(df, noise), index=df.index, dtype=str)
             bar = _error_bars(df, noise)
             if bar is not None and "accuracy" in (x, y):
                 bars["error_y" if y == "accuracy" else "error_x"] = {
                     **bar, "color": marker["color"]}
+        hover = None if brief else _trace_hover(df, labels, noise, marker)
         fig.add_trace(scatter(x=px, y=py, mode="markers", name=name, marker=marker,
                               customdata=_numbers(df.number),
-                              hovertext=_texts(hover), hoverinfo="text",
+                              **_hover_keys(hover, (x, y), data.objectives),
                               **bars, **_selection(df.number, selected)))
     for axis, values, add in (("x", all_x, fig.add_vline), ("y", all_y, fig.add_hline)):
         name = x if axis == "x" else y
@@ -360,16 +406,15 @@ def pareto_3d(data: StudyData, front: np.ndarray, *,
                          "yaxis_title": _label(axes[1], directions),
                          "zaxis_title": _label(axes[2], directions),
                          "camera": {"eye": {"x": 1.6, "y": 1.6, "z": 1.1}}})
-    labels = hover_labels(data) if labels is None else labels
+    labels = hover_labels(data, front) if labels is None else labels
     for name, df, marker in _scatter_groups(data, front, noise):
         px, py, pz = _points(df, axes, directions, complete)
-        hover = labels.loc[df.index]
         bars: dict[str, Any] = {}
         if noise is not None and marker.get("symbol") != "x":
-            hover = hover + pd.Series(_noise_texts(df, noise), index=df.index, dtype=str)
             bar = _error_bars(df, noise)
             if bar is not None:  # accuracy is the scene's x axis
                 bars["error_x"] = {**bar, "color": marker["color"]}
+        hover = _hover_keys(_trace_hover(df, labels, noise, marker), axes, data.objectives)
         opacity = 1.0
         if marker.get("symbol") == "x":  # WebGL 3-D draws it as a glyph fonts may lack
             marker = {**marker, "symbol": "diamond"}
@@ -380,8 +425,7 @@ def pareto_3d(data: StudyData, front: np.ndarray, *,
         fig.add_trace(go.Scatter3d(
             x=px, y=py, z=pz, mode="markers", name=name, opacity=opacity,
             marker={**marker, "size": max(5, int(marker["size"] * 0.8))},
-            customdata=_numbers(df.number), hovertext=_texts(hover), hoverinfo="text",
-            **bars))
+            customdata=_numbers(df.number), **hover, **bars))
     if selected:
         chosen = complete[complete.number.isin(set(selected))]
         px, py, pz = _points(chosen, axes, directions, complete)
@@ -389,8 +433,8 @@ def pareto_3d(data: StudyData, front: np.ndarray, *,
             x=px, y=py, z=pz, mode="markers", name=f"selected ({len(chosen)})",
             marker={"size": 9, "color": "rgba(0,0,0,0)",
                     "line": {"color": COLORS["selected"], "width": 3}},
-            customdata=_numbers(chosen.number), hovertext=_texts(labels.loc[chosen.index]),
-            hoverinfo="text"))
+            customdata=_numbers(chosen.number),
+            **_hover_keys(_trace_hover(chosen, labels, None, {}), axes, data.objectives)))
     for key, axis in zip(("xaxis", "yaxis", "zaxis"), axes, strict=True):
         if _log_axis(axis, _axis_values(complete, axis).astype(float).to_numpy(), scale):
             fig.update_scenes({f"{key}_type": "log"})

@@ -58,6 +58,8 @@ TIMELINE, CURVES, PROMOTION = "timeline", "curves", "promotion"
 # The views below the front: a tab each, drawn only when opened and after the front.
 VIEWS, VIEW, VIEW_GRAPH, EFFECT_CONTROLS, FRONT_DRAWN = (
     "views", "view", "view-graph", "effect-controls", "front-drawn")
+# On a large study's page only: its version, whose front came with brief hover labels.
+FRONT_LABELS = "front-labels"
 # Linked selection: trials chosen on the front, the parallel coordinates or the table.
 SELECTED, PARCOORDS_RANGES, SELECTION_NOTE, SELECTION_CLEAR = (
     "selected", "parcoords-ranges", "selection-note", "selection-clear")

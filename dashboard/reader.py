@@ -23,7 +23,7 @@ from dashboard import data
 from dashboard.data import UNFINISHED, StudyData, StudyInfo
 from studies.store import Status, resolve_storage_url
 
-__all__ = ["Listing", "SqlReader", "StudyReader", "listing_of"]
+__all__ = ["FrontFirst", "Listing", "SqlReader", "StudyReader", "listing_of"]
 
 #: Every study and the studies page's frame (see ``dashboard.data.list_studies``).
 Listing = tuple[list[StudyInfo], pd.DataFrame]
@@ -81,8 +81,23 @@ class StudyReader(Protocol):
         ...
 
 
+@runtime_checkable
+class FrontFirst(Protocol):
+    """A reader that can read a study's 2-D front first and the rest after (the app uses
+    these methods where a reader has them, ``load_study`` otherwise)."""
+
+    def load_front(self, info: StudyInfo, version: str = "") -> StudyData:
+        """What the 2-D front draws (``dashboard.data.load_front``)."""
+        ...
+
+    def load_rest(self, front: StudyData) -> StudyData:
+        """``front`` completed into the whole study (``dashboard.data.load_rest``)."""
+        ...
+
+
 class SqlReader:
-    """:class:`StudyReader` over a study database, read-only (``dashboard.data``'s SQL)."""
+    """:class:`StudyReader` over a study database, read-only (``dashboard.data``'s SQL); a
+    :class:`FrontFirst` one."""
 
     def __init__(self, storage_url: str | None = None) -> None:
         """``storage_url`` is resolved as ``--storage``; ``StorageError`` when it cannot be read."""
@@ -108,6 +123,12 @@ class SqlReader:
 
     def load_study(self, info: StudyInfo, version: str = "") -> StudyData:
         return data.load_study(self.engine, info, version)
+
+    def load_front(self, info: StudyInfo, version: str = "") -> StudyData:
+        return data.load_front(self.engine, info, version)
+
+    def load_rest(self, front: StudyData) -> StudyData:
+        return data.load_rest(self.engine, front)
 
     def trial_state(self, info: StudyInfo, number: int) -> str:
         return data.trial_state(self.engine, info, number)

@@ -124,7 +124,7 @@ def parse_train(raw: Any) -> dict[str, Distribution]:
                 raise ConfigError(f"train.{key} cannot take {value!r}: it must be {kind}.")
         out[key] = dist
     if out:
-        from trainers.loop import TrainConfig  # loaded by train_fields() already
+        from trainers.config import TrainConfig  # loaded by train_fields() already
 
         for key, dist in out.items():
             for value in ends(dist):  # the trainer's limits are ranges: the ends suffice

@@ -109,7 +109,7 @@ def train_fields() -> dict[str, tuple[Any, Any]]:
     """
     import dataclasses
 
-    from trainers.loop import TrainConfig
+    from trainers.config import TrainConfig
 
     hints = get_type_hints(TrainConfig)
     return {

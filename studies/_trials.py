@@ -47,7 +47,7 @@ class StudyRun:
 def base_settings(spec: StudySpec) -> dict[str, Any]:
     """The training settings of every trial before the space's own: the task's quick defaults
     (the ones `nas train` uses), the study's ``train``, its epochs and seed."""
-    from trainers.loop import quick_defaults
+    from trainers.config import quick_defaults
 
     defaults = {k: v for k, v in quick_defaults(spec.task).items() if k != "epochs"}
     settings = {**defaults, **spec.train, "epochs": spec.fidelity.epochs, "seed": spec.seed}

@@ -25,11 +25,13 @@ from studies.store import (
     StudyAttrs,
     StudyKey,
     StudyStore,
+    StudySummary,
     UnknownStudyError,
     is_stale,
     parsed_trials,
     resolve_storage_url,
     study_names,
+    study_summaries,
     trial_attrs,
 )
 
@@ -151,24 +153,22 @@ def _reference_source(stored: Any) -> str:
 
 
 def list_studies(storage_url: str | None = None) -> list[dict[str, Any]]:
-    """Name, task, trial counts and last activity of every study in the database (none in a
-    database without Optuna's tables)."""
+    """Name, task, trial counts and first start of every study in the database (none in a
+    database without Optuna's tables), in name order: one read for all of them."""
     url = resolve_storage_url(storage_url)
     names = study_names(url)
     if not names:
         return []
-    store = StudyStore.open(url, read_only=True)
-    return [_summary(store, name) for name in names]
+    summaries = study_summaries(url)
+    return [_summary(name, summaries[name]) for name in sorted(summaries)]
 
 
-def _summary(store: StudyStore, name: str) -> dict[str, Any]:
+def _summary(name: str, summary: StudySummary | NasError) -> dict[str, Any]:
     """One study's row of the listing; a study whose stored values do not parse is listed
     with ``unreadable`` (the reason) so that the others still show."""
-    try:
-        summary = store.summary(name)
-    except NasError as exc:
+    if not isinstance(summary, StudySummary):
         return {"name": name, "task": None, "trials": None, "started": None,
-                "unreadable": " ".join(str(exc).split())}
+                "unreadable": " ".join(str(summary).split())}
     started = summary.started
     return {"name": name, "task": summary.attrs.task, "trials": summary.trials,
             "started": started.isoformat() if started else None}

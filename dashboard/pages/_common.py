@@ -83,8 +83,9 @@ def trial_family(trial: dict[str, Any]) -> str | None:
 
 
 def hover(v: StudyView) -> Any:
-    """The study's hover labels, built once per version and shared by the Pareto views."""
-    return v.memo("hover", lambda: figures.hover_labels(v.data))
+    """The study's hover labels, built once per version and shared by the Pareto views (a
+    large study's: its front's only, ``figures.FULL_LABELS_MAX``)."""
+    return v.memo("hover", lambda: figures.hover_labels(v.data, v.front))
 
 
 def numbers(selection: dict[str, Any] | None) -> list[int]:

@@ -15,7 +15,7 @@ from typing import Any
 import dash
 import numpy as np
 import pandas as pd
-from dash import ALL, Input, Output, State, ctx, dcc, no_update
+from dash import ALL, Input, Output, Patch, State, ctx, dcc, no_update
 
 from dashboard import exports, figures, layout
 from dashboard._cache import StudyCache
@@ -39,20 +39,29 @@ __all__ = ["page", "register"]
 
 
 def page(cache: StudyCache, name: str, refresh_ms: int) -> list[Any]:
-    """The page, sent with its front drawn (the views wait for it)."""
+    """The page, sent with its front drawn (the views wait for it). A large study's front
+    comes first, from the part of the study it needs and with brief hover labels: reading
+    every knob and building every label took most of a 10,000-trial page's time. Its full
+    labels follow (``front_labels``), and the rest of the page is filled from the whole
+    study, read once the front is sent."""
     info = cache.info(name)
     version = cache.version(info)
     view = cache.view(info.name, version)
     others = [n for n in cache.reader.study_names() if n != info.name]
     stored = info.stored
     promoted = stored is not None and bool(stored.promoted_from or stored.promotions)
+    brief = len(view.front_data.trials) >= figures.WEBGL_FROM
+    data = view.front_data if brief else view.data
     x, y = layout.front_axes(info.objectives)
-    front = (figures.pareto_2d(view.data, x, y, view.front, labels=hover(view),
-                               noise=promotion_noise(cache, view))
+    front = (figures.pareto_2d(data, x, y, view.front, labels=None if brief else hover(view),
+                               noise=promotion_noise(cache, view), brief=brief)
              if x is not None and y is not None else None)
-    return layout.study_page(info, view.data, version, others=others,
-                             formats=formats(study_family(info)), refresh_ms=refresh_ms,
-                             promoted=promoted, front=front)
+    children = layout.study_page(info, data, version, others=others,
+                                 formats=formats(study_family(info)), refresh_ms=refresh_ms,
+                                 promoted=promoted, front=front)
+    if brief and front is not None:
+        children.append(dcc.Store(id=layout.FRONT_LABELS, data=version))
+    return children
 
 
 def promotion_noise(cache: StudyCache, view: StudyView) -> pd.DataFrame | None:
@@ -60,15 +69,15 @@ def promotion_noise(cache: StudyCache, view: StudyView) -> pd.DataFrame | None:
     trained some trial with 2 seeds or more, ``dashboard.data.seed_noise``), or None. Read once
     per version of the study; a deleted or unreadable promotion is passed over."""
     def read() -> pd.DataFrame | None:
-        stored = view.data.info.stored
+        stored = view.front_data.info.stored
         for name in reversed(stored.promotions if stored is not None else ()):
             try:
                 promoted = cache.view(name)
             except NasError:
                 continue  # a deleted promotion, or one that does not parse (its tab says so)
-            info = promoted.data.info
+            info = promoted.front_data.info
             links = promoted.memo("promotion", partial(cache.reader.load_promotion, info))
-            noise = seed_noise(promoted.data, links)
+            noise = seed_noise(promoted.front_data, links)
             if len(noise):
                 return noise
         return None
@@ -79,6 +88,7 @@ def promotion_noise(cache: StudyCache, view: StudyView) -> pd.DataFrame | None:
 def register(app: dash.Dash, cache: StudyCache) -> None:
     """The study page's callbacks, on ``app`` (its views': ``dashboard.pages.views``)."""
     _register_store(app, cache)
+    _register_labels(app, cache)
     _register_table(app, cache)
     _register_downloads(app, cache)
 
@@ -134,7 +144,7 @@ def _register_store(app: dash.Dash, cache: StudyCache) -> None:
         views = [_view(cache, data), cache.view(other)]
         shared = shared_hypervolumes(views)
         volumes, reference = (shared, None) if isinstance(shared, str) else shared
-        return figures.compare_fronts([v.data for v in views], x, y, volumes=volumes,
+        return figures.compare_fronts([v.front_data for v in views], x, y, volumes=volumes,
                                       reference=reference)
 
     @app.callback(Output(layout.URL, "pathname", allow_duplicate=True),
@@ -151,6 +161,27 @@ def _register_store(app: dash.Dash, cache: StudyCache) -> None:
         if trial is None or not data:
             return no_update
         return layout.trial_href(data["name"], int(trial))
+
+
+def _register_labels(app: dash.Dash, cache: StudyCache) -> None:
+    @app.callback(Output(layout.PARETO_2D, "figure", allow_duplicate=True),
+                  Input(layout.FRONT_LABELS, "data"), State(layout.STUDY, "data"),
+                  prevent_initial_call="initial_duplicate")
+    @guarded(lambda exc: no_update)
+    def front_labels(pending: str | None, data: dict[str, Any]) -> Any:
+        # A large study's front came with brief labels (``page``): its full ones, as a patch
+        # of the traces' hover texts (a redraw, after a new selection or axes, has them).
+        if not pending or pending != data.get("version"):
+            return no_update  # the page has moved on to a newer version, redrawn whole
+        v = _view(cache, data)
+        patch = Patch()
+        for i, texts in enumerate(figures.front_labels(v.data, v.front, hover(v),
+                                                       promotion_noise(cache, v))):
+            if texts is not None:
+                patch["data"][i]["hovertext"] = texts
+                patch["data"][i]["hoverinfo"] = "text"
+                del patch["data"][i]["hovertemplate"]
+        return patch
 
 
 def _register_table(app: dash.Dash, cache: StudyCache) -> None:

@@ -71,9 +71,9 @@ def _view_figure(cache: StudyCache, v: StudyView, tab: str, knob: str | None,
                  objective: str | None, selected: list[int] | None = None,
                  ranges: dict[str, Any] | None = None, scale: str = "auto") -> Any:
     """The figure of view ``tab`` (see ``layout.VIEW_TABS``), with the page's selection."""
-    data = v.data
-    if tab == layout.HYPERVOLUME:
+    if tab == layout.HYPERVOLUME:  # from the front's part of the study alone
         return figures.hypervolume_history(*v.curve)
+    data = v.data
     if tab == layout.PARETO_3D:
         return figures.pareto_3d(data, v.front, labels=hover(v), selected=selected, scale=scale,
                                  noise=promotion_noise(cache, v))
@@ -97,15 +97,15 @@ def _promotion_figure(cache: StudyCache, v: StudyView) -> Any:
     """A promoted study's pairs; for a source study, those of its latest promotion."""
     from studies.promote import rank_agreement
 
-    info = v.data.info
+    info = v.front_data.info
     if info.stored is None or not info.stored.promoted_from:
         promotions = info.stored.promotions if info.stored is not None else ()
         if not promotions:
             return figures.empty("This study has not been promoted (nas promote).")
         v = cache.view(promotions[-1])
-        info = v.data.info
+        info = v.front_data.info
     links = v.memo("promotion", lambda: cache.reader.load_promotion(info))
-    metric = "accuracy" if "accuracy" in v.data.objectives else v.data.objectives[0]
+    metric = "accuracy" if "accuracy" in info.objectives else info.objectives[0]
     complete = v.complete.set_index("number")[metric]
     pairs = links[links.number.isin(complete.index)].assign(
         promoted=lambda df: complete.reindex(df.number).to_numpy())

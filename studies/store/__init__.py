@@ -10,7 +10,8 @@ lease. Behind it, one concept per module:
 - ``record``: the writes (a new study's attributes, each way a trial ends, each epoch);
 - ``stored``: the trust boundary, every stored value parsed into typed records;
 - ``lease``: one owner per study (``nas_leases``);
-- ``_snapshot``: one read of the trials per suggestion.
+- ``_snapshot``: one read of the trials per suggestion;
+- ``_listing``: what a listing shows of every study, read for all at once.
 
 The names below are imported on first use, so that reading ``TrialKey`` or ``inert`` does not
 import Optuna and SQLAlchemy.
@@ -22,6 +23,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from studies.store._listing import study_summaries
     from studies.store._store import StudyExists, StudyStore, StudySummary
     from studies.store.keys import COUNTED_EXCLUDED, STATE_OF, Status, StudyKey, TrialKey
     from studies.store.lease import Lease, Owner, StudyOwned, is_stale
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     )
 
 _HOME = {
+    "study_summaries": "studies.store._listing",
     **dict.fromkeys(("StudyExists", "StudyStore", "StudySummary"), "studies.store._store"),
     **dict.fromkeys(("COUNTED_EXCLUDED", "STATE_OF", "Status", "StudyKey", "TrialKey"),
                     "studies.store.keys"),
@@ -93,6 +96,7 @@ __all__ = [
     "resolve_storage_url",
     "study_attrs",
     "study_names",
+    "study_summaries",
     "trial_attrs",
 ]
 

@@ -12,8 +12,6 @@ every write of a run is retried while a database server's connection is lost.
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -22,6 +20,7 @@ from sqlalchemy.engine import Engine
 
 from nas.errors import ConfigError
 from studies.store import lease
+from studies.store._listing import StudySummary
 from studies.store._snapshot import Asking
 from studies.store.record import RecordWrites, write_study
 from studies.store.storage import (
@@ -48,16 +47,6 @@ class StudyExists(ConfigError):
     def __init__(self, name: str) -> None:
         super().__init__(f"Study {name!r} already exists; continue it with `nas resume {name}` "
                          "or choose another --name.")
-
-
-@dataclass(frozen=True)
-class StudySummary:
-    """What a listing shows of one study: its attributes as a listing parses them (the search
-    space left unparsed), its number of trials and when its first one started."""
-
-    attrs: StudyAttrs
-    trials: int
-    started: datetime | None
 
 
 class StudyStore(RecordWrites):
@@ -131,22 +120,6 @@ class StudyStore(RecordWrites):
         attrs = study_attrs(name, raw, len(study.directions))
         parsed_trials(name, trials)  # every trial's stored attributes parse
         return study, attrs, trials
-
-    def summary(self, name: str) -> StudySummary:
-        """What a listing shows of study ``name`` (``NasError`` where its values do not parse)."""
-        storage = self.storage
-
-        def read() -> tuple[dict[str, Any], int, int, Any]:
-            study_id = storage.get_study_id_from_name(name)
-            trials = storage.get_all_trials(study_id, deepcopy=False)
-            starts = [t.datetime_start for t in trials if t.datetime_start is not None]
-            return (storage.get_study_user_attrs(study_id),
-                    len(storage.get_study_directions(study_id)), len(trials),
-                    min(starts, default=None))
-
-        with session(self.url):
-            raw, n_objectives, n_trials, started = guarded(self.engine, name, read)
-        return StudySummary(study_attrs(name, raw, n_objectives, full=False), n_trials, started)
 
     def completed(self, name: str) -> tuple[StudyAttrs, list[str], list[FrozenTrial]]:
         """Study ``name``'s attributes as a listing parses them, its directions and its
