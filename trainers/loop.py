@@ -241,6 +241,67 @@ def evaluate(model: FamilyModel, data: TaskData, cfg: TrainConfig, device: torch
 
 
 # ----------------------------------------------------------------------------- the loop
+def _placed(config: ArchConfig, cfg: TrainConfig, data: TaskData,
+            gpu_fraction: float) -> torch.device:
+    """The device to train on, once the run's memory is known to fit it: bounds before
+    allocation, estimated on the meta device (on CUDA, for the trial's share of the GPU, to
+    which PyTorch's allocator is then held)."""
+    device = select_device(cfg.device)
+    if device.type == "cuda" and device.index is None:  # the allocator's fraction needs an index
+        device = torch.device("cuda", torch.cuda.current_device())
+    if device.type == "cuda" and gpu_fraction < 1:
+        check_gpu_share(config, cfg, data, gpu_fraction, torch.cuda.mem_get_info(device))
+        torch.cuda.set_per_process_memory_fraction(gpu_fraction, device)
+    else:
+        check_training_memory(config, data.geometry, cfg.batch_size, device,
+                              eval_batch_size=cfg.eval_batch_size)
+    return device
+
+
+@dataclass
+class _Stepper:
+    """One optimisation step: the optimizer, mixed precision (CUDA only) and its scaler."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    use_amp: bool
+    amp_dtype: torch.dtype
+    scaler: torch.amp.GradScaler
+    grad_clip: float | None
+
+    @classmethod
+    def build(cls, model: nn.Module, cfg: TrainConfig, base_lr: float,
+              device: torch.device) -> _Stepper:
+        opt_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+        optimizer = opt_cls(model.parameters(), lr=base_lr,
+                            weight_decay=cfg.weight_decay if cfg.optimizer == "adamw" else 0.0)
+        use_amp = cfg.amp and device.type == "cuda"
+        amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
+        scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)
+        return cls(model, optimizer, device, use_amp, amp_dtype, scaler, cfg.grad_clip)
+
+    def step(self, kind: str, names: tuple[str, ...], batch: dict[str, Any], pad: int | None,
+             lr: float) -> float:
+        """The batch's loss, after a step on it; a loss that is not finite takes no step."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.use_amp):
+            logits = self.model(**_model_inputs(names, batch))
+        loss = _loss(kind, logits, batch, pad)
+        loss_value = float(loss.item())  # the step's one host-device sync
+        if not math.isfinite(loss_value):
+            return loss_value
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        if self.grad_clip is not None:  # validated > 0; null turns clipping off
+            self.scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return loss_value
+
+
 def train(
     config: ArchConfig,
     cfg: TrainConfig,
@@ -260,16 +321,7 @@ def train(
     study trial holds (``resources.gpu`` below 1): on CUDA its memory check plans for that share
     (:func:`check_gpu_share`), and PyTorch's allocator is held to it.
     """
-    device = select_device(cfg.device)
-    if device.type == "cuda" and device.index is None:  # the allocator's fraction needs an index
-        device = torch.device("cuda", torch.cuda.current_device())
-    # Bounds before allocation: estimated on the meta device, refused when it cannot fit.
-    if device.type == "cuda" and gpu_fraction < 1:
-        check_gpu_share(config, cfg, data, gpu_fraction, torch.cuda.mem_get_info(device))
-        torch.cuda.set_per_process_memory_fraction(gpu_fraction, device)
-    else:
-        check_training_memory(config, data.geometry, cfg.batch_size, device,
-                              eval_batch_size=cfg.eval_batch_size)
+    device = _placed(config, cfg, data, gpu_fraction)
     seed_everything(cfg.seed)
     kind = data.geometry.kind
     model = create_model(config, data.geometry, device=device, drop_rate=cfg.dropout)
@@ -286,12 +338,7 @@ def train(
     total_steps = steps_per_epoch * cfg.epochs
     warmup = int(cfg.warmup_epochs * steps_per_epoch)
     base_lr = cfg.lr * (math.sqrt(config.groups) if cfg.lr_sqrt_groups else 1.0)
-    opt_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-    optimizer = opt_cls(model.parameters(), lr=base_lr,
-                        weight_decay=cfg.weight_decay if cfg.optimizer == "adamw" else 0.0)
-    use_amp = cfg.amp and device.type == "cuda"
-    amp_dtype = torch.bfloat16 if use_amp and torch.cuda.is_bf16_supported() else torch.float16
-    scaler = torch.amp.GradScaler("cuda", enabled=use_amp and amp_dtype == torch.float16)
+    stepper = _Stepper.build(model, cfg, base_lr, device)
 
     result = TrainResult(arch_id=config.arch_id, task=data.name, metric=data.metric, value=0.0,
                          chance=data.chance, epochs=[], seconds=0.0, samples_per_second=0.0,
@@ -307,25 +354,12 @@ def train(
             batches = progress(batches, steps_per_epoch, f"epoch {epoch}/{cfg.epochs}")
         for i, raw in enumerate(batches):
             lr = learning_rate(step, total_steps, warmup, base_lr, cfg.schedule)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            batch = _to(raw, device)
-            with torch.autocast(device.type, dtype=amp_dtype, enabled=use_amp):
-                logits = model(**_model_inputs(names, batch))
-            loss = _loss(kind, logits, batch, pad)
-            loss_value = loss.item()  # the step's one host-device sync
+            loss_value = stepper.step(kind, names, _to(raw, device), pad, lr)
             if not math.isfinite(loss_value):
                 result.status = "failed"
                 result.reason = f"loss became {loss_value} at epoch {epoch}, step {i + 1}"
                 result.seconds = time.perf_counter() - start
                 return result
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            if cfg.grad_clip is not None:  # validated > 0; null turns clipping off
-                scaler.unscale_(optimizer)
-                nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
             losses.append(loss_value)
             samples += next(v for v in raw.values() if torch.is_tensor(v)).shape[0]
             step += 1
