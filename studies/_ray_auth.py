@@ -38,7 +38,7 @@ def token_error(address: str) -> NasError:
     return NasError(
         f"Cannot join the Ray cluster at {address!r}: it requires token authentication and "
         f"{have}; set {AUTH_MODE}=token and {AUTH_TOKEN_PATH} to a copy of the head's token "
-        "file, here and on every node (README, 'Running on a cluster').")
+        "file, here and on every node (docs/guide/cluster.md, 'Token authentication').")
 
 
 @contextlib.contextmanager

@@ -261,7 +261,7 @@ def _openvqa_limits(record: TrialRecord) -> list[str]:
 
 def openvqa_config(record: TrialRecord) -> dict[str, Any]:
     """MCAN / OpenVQA config keys as OpenVQA's code reads them (``clients.OPENVQA_KEYS``),
-    LW-Transformer's group keys, then ours (see the README)."""
+    LW-Transformer's group keys, then ours (docs/guide/export.md lists them)."""
     a, g = record.arch, record.geometry
     grouped = a.groups > 1 and (a.group_attention or a.group_ffn)
     dataset = _OPENVQA_DATASET.get(record.task, "vqa")
