@@ -80,10 +80,11 @@ class CommandStop(SignalStop):
             if self.study is not None:
                 line += (f"; trials left running are closed by: "
                          f"{resume_command(self.args, self.study, self.evaluator)}")
-            with contextlib.suppress(Exception):  # a closed stream: the exit code says it
-                sys.stdout.flush()
-                newline = "\n" if sys.stderr.isatty() else ""  # after the progress line
-                print(newline + line, file=sys.stderr, flush=True)
+            # Written to the file descriptor: the handler may run inside a write to
+            # sys.stderr (a signal interrupting it), which Python's stream refuses to reenter.
+            with contextlib.suppress(OSError, ValueError):  # closed: the exit code says it
+                newline = "\n" if os.isatty(2) else ""  # after the progress line
+                os.write(2, f"{newline}{line}\n".encode(errors="replace"))
         os._exit(128 + signum)
 
 

@@ -317,9 +317,12 @@ def test_a_second_ctrl_c_ends_at_once_and_resume_closes_what_it_left(tmp_path: P
     env = h.subprocess_env(NAS_FAKE_SLEEP="1.5")
     term = Terminal(["run", str(_study_file(tmp_path)), "--storage", url], env, tmp_path)
     _wait_for_training(url, "k", term.alive)
-    term.type(b"\x03")
-    time.sleep(0.05)  # within the first one's cleanup
-    term.type(b"\x03")
+    # Ctrl-C again and again, as an impatient user does: the first stops the run, one of the
+    # next lands while its trials are being closed.
+    deadline = time.monotonic() + 60
+    while term.alive() and time.monotonic() < deadline:
+        term.type(b"\x03")
+        time.sleep(0.01)
     assert term.wait(60) == 130
     output = term.text()
     for mark in DUMP_MARKS:
