@@ -9,9 +9,10 @@ closes what is left RUNNING), else raises :class:`Interrupted` again.
 
 Why a handler of our own, and when: ``ray.init`` replaces SIGTERM's handler twice. Its Python
 handler (``sys.exit(15)``) comes first; then Ray's core worker installs a C failure-signal
-handler (Abseil's, for SIGSEGV, SIGILL, SIGFPE, SIGABRT and SIGTERM) at the ``sigaction`` level,
-under Python's. On SIGTERM that handler prints a stack dump (``*** SIGTERM received ...``,
-``PC: @ ...``) and the process ends by SIGABRT (exit 134). Setting a Python handler with
+handler (Abseil's, for SIGSEGV, SIGILL, SIGFPE, SIGABRT and SIGTERM, calling the previous
+handler after it) at the ``sigaction`` level, over Python's. On SIGTERM that handler prints a
+stack dump (``*** SIGTERM received ...``, ``PC: @ ...``), Python's ``sys.exit`` runs, and (Ray
+2.60) the process ends by SIGABRT while it exits: exit 134. Setting a Python handler with
 ``signal.signal`` after ``ray.init`` takes the ``sigaction`` back. So :func:`kept_over` puts back,
 after ``ray.init``, a :class:`SignalStop` that was installed before it, and
 :func:`stopping_on_signals` installs one (or reuses the one installed: the ``nas`` command's)
