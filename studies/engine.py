@@ -59,7 +59,13 @@ from studies.cluster import HeadWatch, check_ray_address, check_resources
 from studies.evaluator import check_evaluator, load_evaluator, resolve_evaluator
 from studies.fidelity import record_fidelity
 from studies.folders import check_claims, claim
-from studies.interrupts import Interrupted, SignalStop, Stopped, stopping_on_signals
+from studies.interrupts import (
+    Interrupted,
+    SignalStop,
+    Stopped,
+    deferring,
+    stopping_on_signals,
+)
 from studies.reference import study_reference, uniform_chance
 from studies.samplers import make_sampler
 from studies.spec import StudySpec
@@ -392,7 +398,7 @@ def run_study(
                   f"{spec.name}` once the cluster is back.", file=sys.stderr, flush=True)
             os._exit(RunAborted.exit_code)
 
-        with HeadWatch(head_lost):
+        with HeadWatch(head_lost), deferring():  # a signal stops Tune between its steps
             halted = fit(run, ready.evaluator, ready.pool, deadline, bar, verbose)
         if run.store.user_attrs(run.study).get(StudyKey.PROMOTED_FROM):
             record_fidelity(run)

@@ -3,9 +3,11 @@
 While a study runs, the first SIGINT or SIGTERM raises :class:`Interrupted` (a
 ``KeyboardInterrupt``) in the main thread: no trial is launched any more, the running ones are
 closed as interrupted and enqueued again (``studies.engine.run_study``), and the exception
-carries what was stopped (:class:`Stopped`) to whoever prints it. A second signal while that
-cleanup runs calls the handler's ``on_repeat`` (``nas`` ends at once: a later ``nas resume``
-closes what is left RUNNING), else raises :class:`Interrupted` again.
+carries what was stopped (:class:`Stopped`) to whoever prints it. While Ray Tune's loop runs,
+it is raised between two of its steps (:func:`deferring`): raised wherever the main thread was,
+it could break off a database call, whose driver then logs a traceback of its own. A second
+signal while the trials are closed calls the handler's ``on_repeat`` (``nas`` ends at once: a
+later ``nas resume`` closes what is left RUNNING), else raises :class:`Interrupted` again.
 
 Why a handler of our own, and when: ``ray.init`` replaces SIGTERM's handler twice. Its Python
 handler (``sys.exit(15)``) comes first; then Ray's core worker installs a C failure-signal
@@ -34,8 +36,8 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, TypeVar
 
-__all__ = ["STOP_SIGNALS", "Interrupted", "SignalStop", "Stopped", "handling", "kept_over",
-           "stopping_on_signals"]
+__all__ = ["STOP_SIGNALS", "Interrupted", "SignalStop", "Stopped", "check_signal", "deferring",
+           "handling", "kept_over", "stopping_on_signals"]
 
 _Stop = TypeVar("_Stop", bound="SignalStop")
 
@@ -82,23 +84,35 @@ class Interrupted(KeyboardInterrupt):
 
 
 class SignalStop:
-    """The handler of :data:`STOP_SIGNALS`: the first one received raises :class:`Interrupted`;
-    each later one calls ``on_repeat(signum)`` (which may end the process), then raises
-    :class:`Interrupted` again. ``study`` and ``evaluator`` name the study running under it, if
-    any (set by :func:`stopping_on_signals`: what ``on_repeat`` may tell a user)."""
+    """The handler of :data:`STOP_SIGNALS`. The first one received raises :class:`Interrupted`,
+    or, while ``deferring`` (Ray Tune's loop runs: :func:`deferring`), is only recorded, for
+    :meth:`check` to raise where the run stops cleanly (not in the middle of a database
+    write). Each later one calls ``on_repeat(signum)`` (which may end the process), then raises
+    :class:`Interrupted` at once. ``study`` and ``evaluator`` name the study running under it,
+    if any (set by :func:`stopping_on_signals`: what ``on_repeat`` may tell a user)."""
 
     def __init__(self, on_repeat: Callable[[int], None] | None = None) -> None:
         self.on_repeat = on_repeat
         self.received: int | None = None
+        self.deferring = False
         self.study: str | None = None
         self.evaluator: str | None = None
+        self._raised = False
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
-        if self.received is not None and self.on_repeat is not None:
-            self.on_repeat(signum)
-        if self.received is None:
-            self.received = signum
-        raise Interrupted(signum)
+        if self.received is not None:
+            if self.on_repeat is not None:
+                self.on_repeat(signum)
+            raise Interrupted(signum)
+        self.received = signum
+        if not self.deferring:
+            self.check()
+
+    def check(self) -> None:
+        """Raise :class:`Interrupted` for the signal received, once."""
+        if self.received is not None and not self._raised:
+            self._raised = True
+            raise Interrupted(self.received)
 
 
 def _installed() -> SignalStop | None:
@@ -139,6 +153,30 @@ def kept_over() -> Iterator[None]:
         if stop is not None:
             for s in STOP_SIGNALS:
                 signal.signal(s, stop)
+
+
+@contextlib.contextmanager
+def deferring() -> Iterator[None]:
+    """Inside the block (Ray Tune's loop) the first signal is only recorded: :func:`check_signal`
+    raises it between Tune's steps, and the block's end raises it if none did."""
+    stop = _installed() if _main_thread() else None
+    if stop is None:
+        yield
+        return
+    before, stop.deferring = stop.deferring, True
+    try:
+        yield
+    finally:
+        stop.deferring = before
+    stop.check()
+
+
+def check_signal() -> None:
+    """Raise :class:`Interrupted` for a signal received while :func:`deferring` (a Tune
+    callback calls it at the start of each step)."""
+    stop = _installed()
+    if stop is not None:
+        stop.check()
 
 
 @contextlib.contextmanager

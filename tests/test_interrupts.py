@@ -35,6 +35,8 @@ from studies.interrupts import (
     Interrupted,
     SignalStop,
     Stopped,
+    check_signal,
+    deferring,
     handling,
     kept_over,
     stopping_on_signals,
@@ -43,7 +45,9 @@ from studies.store import StudyKey, TrialKey
 
 ray_local = h.ray_local
 
-BUDGET = 6
+BUDGET = 8
+#: 8 networks x 4 learning rates: few draws repeat one (a reused result ends at once).
+SPACE = {**h.SMALL_SPACE, "train": {"lr": {"choices": [0.001, 0.002, 0.003, 0.004]}}}
 #: What Ray's C failure-signal handler prints on SIGTERM, and what a traceback starts with.
 DUMP_MARKS = ("SIGTERM received", "PC: @", "*** ", "Traceback")
 
@@ -88,6 +92,29 @@ def test_a_second_signal_calls_on_repeat_and_raises_again() -> None:
         stop(signal.SIGINT, None)
     assert repeats == [signal.SIGINT] and caught.value.signum == signal.SIGINT
     assert stop.received == signal.SIGTERM
+
+
+def test_in_tunes_loop_the_first_signal_waits_for_a_step(own_handlers: dict[int, Any]) -> None:
+    """While deferring (Tune's loop), the first signal is raised by check_signal (between
+    two steps), or at the end of the block; a second one at once."""
+    with handling(SignalStop()) as stop:
+        with pytest.raises(Interrupted) as caught, deferring():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)  # the handler has run: it only recorded the signal
+            assert stop.received == signal.SIGTERM
+            check_signal()
+            pytest.fail("check_signal did not raise")
+        assert caught.value.signum == signal.SIGTERM
+        check_signal()  # raised once only
+    with handling(SignalStop()) as stop, pytest.raises(Interrupted), deferring():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # not raised here: at the block's end
+    with handling(SignalStop()) as stop, pytest.raises(Interrupted) as caught, deferring():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGINT)  # a second one: at once
+        time.sleep(5)
+    assert caught.value.signum == signal.SIGINT and stop.received == signal.SIGTERM
 
 
 def test_the_handler_is_installed_again_over_what_ray_init_sets(
@@ -250,8 +277,8 @@ def _finish(command: str, env: dict[str, str], cwd: Path) -> subprocess.Complete
 
 
 def _study_file(tmp_path: Path, name: str = "k") -> Path:
-    return h.write_study(tmp_path / f"{name}.yaml", name, budget={"trials": BUDGET},
-                         evaluator="study_helpers:slow")
+    return h.write_study(tmp_path / f"{name}.yaml", name, space=SPACE,
+                         budget={"trials": BUDGET}, evaluator="study_helpers:slow")
 
 
 @pytest.mark.slow
@@ -273,7 +300,7 @@ def test_ctrl_c_closes_the_run_and_says_how_to_resume(tmp_path: Path) -> None:
 
     # The resume it printed, stopped the same way: the same line, from `nas resume`.
     term = Terminal(shlex.split(line.group(6))[1:], env, tmp_path)
-    _wait_for_training(url, "k", term.alive, counted=int(line.group(2)) + 1)
+    _wait_for_training(url, "k", term.alive, counted=0)
     term.type(b"\x03")
     assert term.wait(120) == 130
     again = _stop_line(term.text(), "resume", "SIGINT")
