@@ -9,9 +9,9 @@ SIGINT, 143 for SIGTERM (128 + the signal's number, as a shell reports a process
 ended). A second signal ends the process at once with the same code: trials it leaves RUNNING
 are closed by that ``nas resume``, which takes over the lease of a process that is gone.
 
-Ray is shut down before the command returns, while the handler still runs: otherwise Ray's own
-shutdown at exit would run under Python's default handlers (a second Ctrl-C there prints a
-traceback).
+After a stop, Ray is shut down before the command returns, while the handler still runs:
+otherwise Ray's own shutdown at exit would run under Python's default handlers (a second Ctrl-C
+there prints a traceback). After a run that ended by itself Ray still shuts down at exit.
 """
 
 from __future__ import annotations
