@@ -10,13 +10,16 @@ sequence from the database reaches the terminal). A new command is a new module 
 in ``COMMANDS``.
 
 User errors (``NasError``) end with one line on stderr and exit code 2; tracebacks only with
-``--debug``.
+``--debug``. Ctrl-C (SIGINT) and SIGTERM end a command in one line too, exit code 130 and 143;
+on the commands that run a study (``runs_study=True``) the line says what was stopped and the
+``nas resume`` command that continues it (``nas_cli._signals``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -36,6 +39,8 @@ from nas_cli import (
     status_cmd,
     train_cmd,
 )
+from nas_cli._signals import CommandStop, interrupted_line, shut_down_ray, stopping
+from studies.interrupts import Interrupted
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -62,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Architecture search for lightweight vision-and-language Transformers.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    parser.set_defaults(prints_stored=False)
+    parser.set_defaults(prints_stored=False, runs_study=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for command in COMMANDS:
@@ -84,8 +89,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
-    func: Callable[[argparse.Namespace], int] = args.func
     _log_levels(args)
+    with stopping(args) as stop:
+        return _dispatch(args, stop)
+
+
+def _dispatch(args: argparse.Namespace, stop: CommandStop | None) -> int:
+    """Run the command; a user error or a signal ends it in one line on stderr."""
+    func: Callable[[argparse.Namespace], int] = args.func
     try:
         if args.prints_stored:  # what the database holds cannot drive the terminal
             from studies.store import InertStream
@@ -101,9 +112,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = inert(" ".join(str(exc).split()))  # always one line, never an escape sequence
         print(f"nas {args.command}: error: {message}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print(f"nas {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # a SIGINT or SIGTERM, see nas_cli._signals
+        stopped = exc if isinstance(exc, Interrupted) else Interrupted(
+            (stop.received if stop is not None else None) or signal.SIGINT)
+        print(interrupted_line(args, stopped), file=sys.stderr, flush=True)
+        if stop is not None:
+            stop.reported = True
+            shut_down_ray()  # while `stop` ends the process at a second signal
+        return stopped.exit_code
 
 
 if __name__ == "__main__":

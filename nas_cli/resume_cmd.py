@@ -67,4 +67,4 @@ def register(subparsers: Any) -> None:
     p.add_argument("--evaluator", default=None, metavar="MODULE:FUNCTION",
                    help=EVALUATOR_HELP)
     p.add_argument("--verbose", action="store_true", help="also show Ray Tune's own output")
-    p.set_defaults(func=_run, prints_stored=True)
+    p.set_defaults(func=_run, prints_stored=True, runs_study=True)

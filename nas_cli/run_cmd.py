@@ -93,4 +93,4 @@ def register(subparsers: Any) -> None:
     p.add_argument("--address", default=None, help=ADDRESS_HELP)
     p.add_argument("--name", default=None, help="study name (default: the file's name key)")
     p.add_argument("--verbose", action="store_true", help="also show Ray Tune's own output")
-    p.set_defaults(func=_run, prints_stored=True)
+    p.set_defaults(func=_run, prints_stored=True, runs_study=True)

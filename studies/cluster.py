@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from nas.errors import ConfigError, NasError, first_line
 from studies._ray_auth import check_ray_token, token_error
+from studies.interrupts import kept_over
 from studies.spec import Resources
 
 if TYPE_CHECKING:
@@ -96,13 +97,15 @@ def _init(address: str | None) -> None:
         return
     check_ray_token(address)  # Ray would retry a refused token for 20 s, a warning a second
     try:
-        if address:
-            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
-        else:
-            # "local": a new runtime of our own, even where `ray start` left one running
-            # (plain ray.init() would join it); --address joins a cluster on purpose.
-            ray.init(address="local", include_dashboard=False, logging_level=logging.ERROR,
-                     log_to_driver=False, num_cpus=os.cpu_count())
+        with kept_over():  # a SignalStop handling SIGTERM before ray.init handles it after too
+            if address:
+                ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+            else:
+                # "local": a new runtime of our own, even where `ray start` left one running
+                # (plain ray.init() would join it); --address joins a cluster on purpose.
+                ray.init(address="local", include_dashboard=False,
+                         logging_level=logging.ERROR, log_to_driver=False,
+                         num_cpus=os.cpu_count())
     except AuthenticationError:  # token mode on here, but no token to be found
         raise token_error(address or "local") from None
     except (ConnectionError, RuntimeError, ValueError) as exc:

@@ -27,11 +27,13 @@ count against the trial budget.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -57,10 +59,18 @@ from studies.cluster import HeadWatch, check_ray_address, check_resources
 from studies.evaluator import check_evaluator, load_evaluator, resolve_evaluator
 from studies.fidelity import record_fidelity
 from studies.folders import check_claims, claim
+from studies.interrupts import (
+    Interrupted,
+    SignalStop,
+    Stopped,
+    deferring,
+    stopping_on_signals,
+)
 from studies.reference import study_reference, uniform_chance
 from studies.samplers import make_sampler
 from studies.spec import StudySpec
 from studies.store import (
+    Status,
     StudyExists,
     StudyKey,
     StudyOwned,
@@ -293,6 +303,32 @@ def prepare_resume(name: str, storage: str | None = None, *, vouched: str | None
     return run, evaluator
 
 
+@contextlib.contextmanager
+def _owned(run: StudyRun, stop: SignalStop) -> Iterator[None]:
+    """Once the study is this process's: the trials a dead run left RUNNING are closed (and
+    enqueued again). A signal ``stop`` received inside ends it as ``Interrupted``, raised once
+    its trials are closed, carrying what the stop left (``studies.interrupts.Stopped``); Ray's
+    own calls turn the ``Interrupted`` raised under them into a plain ``KeyboardInterrupt``,
+    whose signal ``stop`` remembers."""
+    run.store.close_interrupted(run.study, space=run.space)
+    before = _interrupted(run.store.trials(run.study))
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        stopped = None
+        with contextlib.suppress(NasError):  # the database gone too: nothing to count
+            trials = run.store.trials(run.study)
+            stopped = Stopped(run.spec.name, run.spec.evaluator, run.spec.budget.trials,
+                              finished=counted_trials(trials),
+                              closed=_interrupted(trials) - before)
+        signum = exc.signum if isinstance(exc, Interrupted) else stop.received or signal.SIGINT
+        raise Interrupted(signum, stopped).with_traceback(exc.__traceback__) from None
+
+
+def _interrupted(trials: Sequence[optuna.trial.FrozenTrial]) -> int:
+    return sum(1 for t in trials if t.user_attrs.get(TrialKey.STATUS) == Status.INTERRUPTED)
+
+
 def run_study(
     run: StudyRun,
     *,
@@ -318,6 +354,9 @@ def run_study(
     this process's.
 
     Raises:
+        Interrupted: SIGINT or SIGTERM (``studies.interrupts``): no trial is launched any
+            more, the running ones are closed as interrupted and enqueued again; it carries
+            the counts (``Stopped``).
         StudyOwned: another live process runs the study.
         ConfigError: what :func:`check_run` refuses; a stored evaluator not passed in.
         NasError: no more trials can start (every draw of a long run broke the constraints, or
@@ -329,9 +368,9 @@ def run_study(
     spec = run.spec
     ready = _prepare(run, address=address, evaluator=evaluator, geometry=geometry)
     lease = run.store.acquire(spec.name, stale_after=LEASE_STALE_AFTER)
-    with lease:  # renewed by a heartbeat thread while the run lives, released at the end
+    # lease: renewed by a heartbeat thread while the run lives, released at the end
+    with stopping_on_signals(spec.name, spec.evaluator) as stop, lease, _owned(run, stop):
         _store_budget(run)
-        run.store.close_interrupted(run.study, space=run.space)
         counted = counted_trials(run.store.trials(run.study))
         if on_start is not None:
             on_start(counted)
@@ -359,7 +398,7 @@ def run_study(
                   f"{spec.name}` once the cluster is back.", file=sys.stderr, flush=True)
             os._exit(RunAborted.exit_code)
 
-        with HeadWatch(head_lost):
+        with HeadWatch(head_lost), deferring():  # a signal stops Tune between its steps
             halted = fit(run, ready.evaluator, ready.pool, deadline, bar, verbose)
         if run.store.user_attrs(run.study).get(StudyKey.PROMOTED_FROM):
             record_fidelity(run)

@@ -42,6 +42,7 @@ from studies._tally import Tally
 from studies._trials import StudyRun, base_settings, suggest
 from studies.constraints import cost_dict, violations
 from studies.costaware import Costing, bind
+from studies.interrupts import check_signal
 from studies.objectives import objective_values
 from studies.store import Status, StorageError, StoredValueError, TrialKey, study_attrs
 from studies.tune_report import EpochResult, FinalResult, kind_of
@@ -578,6 +579,9 @@ class StudyCallback(Callback):
         self.searcher.record_error(trial.trial_id, text,
                                    worker_setup="EvaluatorUnavailable" in text,
                                    infrastructure=infrastructure)
+
+    def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        check_signal()  # a SIGINT/SIGTERM received stops the run here (studies.interrupts)
 
     def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
         self.searcher.tick()
