@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -112,6 +113,10 @@ def _dispatch(args: argparse.Namespace, stop: CommandStop | None) -> int:
         message = inert(" ".join(str(exc).split()))  # always one line, never an escape sequence
         print(f"nas {args.command}: error: {message}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:  # the reader went away (`nas status | head`): nothing to say
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush is quiet too
+        return 1
     except KeyboardInterrupt as exc:  # a SIGINT or SIGTERM, see nas_cli._signals
         stopped = exc if isinstance(exc, Interrupted) else Interrupted(
             (stop.received if stop is not None else None) or signal.SIGINT)

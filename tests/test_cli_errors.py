@@ -75,3 +75,21 @@ def test_debug_flag_shows_the_traceback() -> None:
         capture_output=True, text=True, check=False,
     )
     assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_listing_quietly(tmp_path) -> None:
+    """``nas status | head``: the pipe closed under the listing ends it with exit 1 and no
+    traceback (the reader, not the command, chose to stop)."""
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'many.db'}"
+    for i in range(20):
+        optuna.create_study(study_name=f"study-{i:03d}-{'x' * 40}", storage=url,
+                            directions=["maximize", "minimize"])
+    proc = subprocess.Popen([sys.executable, "-m", "nas_cli.main", "status", "--storage", url],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the interpreter has even imported the command
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
