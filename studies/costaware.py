@@ -58,7 +58,7 @@ from studies._ehvi import expected_gains, tile
 from studies._gp import MIN_SPREAD, GaussianProcess
 from studies.pareto import fill_reference, ideal_point, scale_to_reference, to_minimization
 
-__all__ = ["GAIN_KEY", "MIN_SPREAD", "SECONDS_KEY", "STARTUPS", "CostAwareSampler", "Costing",
+__all__ = ["DEFAULT_POOL", "GAIN_KEY", "MIN_SPREAD", "SECONDS_KEY", "STARTUPS", "CostAwareSampler", "Costing",
            "bind"]
 
 #: The trial system attribute that holds the expected hypervolume gain of the candidate the
@@ -67,6 +67,10 @@ GAIN_KEY = "costaware:expected_gain"
 #: The trial system attribute that holds the seconds the sampler took to choose it (drawing and
 #: costing the candidates, the model, the expected gains).
 SECONDS_KEY = "costaware:seconds"
+
+#: The candidates kept between suggestions where ``pool`` is not given (or ``candidates +
+#: mutations``, where more).
+DEFAULT_POOL = 64
 
 #: How the start-up trials are chosen: by cost under one prior on the metric, or at random.
 STARTUPS = ("cost", "random")
@@ -226,8 +230,9 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
     expected hypervolume improvement (closed form) trained."""
 
     def __init__(self, *, seed: int | None = None, candidates: int = 8, mutations: int = 8,
-                 pool: int = 64, n_startup_trials: int = 2, startup: str = "cost",
+                 pool: int | None = None, n_startup_trials: int = 2, startup: str = "cost",
                  max_points: int = 256) -> None:
+        pool = max(DEFAULT_POOL, candidates + mutations) if pool is None else pool
         if (candidates < 1 or mutations < 0 or n_startup_trials < 0 or max_points < 2
                 or pool < candidates + mutations):
             raise ValueError("candidates must be at least 1, mutations and n_startup_trials "
