@@ -89,10 +89,8 @@ def ax_arm(t: Table, table_json: Path, seed: int, trials: int, bench_python: Pat
 def run_default(t: Table, seed: int, trials: int) -> tuple[list[list[float] | None],
                                                             list[float | None]]:
     """The default arm's values told and the expected gain it recorded for each trial."""
-    from studies.costaware import CostAwareSampler
-
     studies: list[optuna.Study] = []
-    told = run_arm(t, CostAwareSampler(seed=seed), trials, WORKERS, on_study=studies.append)
+    told = run_arm(t, ARMS["default"](seed), trials, WORKERS, on_study=studies.append)
     # the order told (two at once, the oldest first) is the order asked: trial numbers
     gains = [x.system_attrs.get(GAIN_KEY) for x in sorted(
         studies[0].get_trials(deepcopy=False), key=lambda x: x.number)]

@@ -58,8 +58,8 @@ from studies._ehvi import expected_gains, tile
 from studies._gp import MIN_SPREAD, GaussianProcess
 from studies.pareto import fill_reference, ideal_point, scale_to_reference, to_minimization
 
-__all__ = ["DEFAULT_POOL", "GAIN_KEY", "MIN_SPREAD", "SECONDS_KEY", "STARTUPS", "CostAwareSampler", "Costing",
-           "bind"]
+__all__ = ["DEFAULT_POOL", "GAIN_KEY", "MIN_SPREAD", "SECONDS_KEY", "STARTUPS",
+           "CostAwareSampler", "Costing", "bind"]
 
 #: The trial system attribute that holds the expected hypervolume gain of the candidate the
 #: sampler chose for it (a float, on the normalised scale of ``studies.pareto``).
