@@ -153,12 +153,13 @@ ARMS: dict[str, Callable[[int], optuna.samplers.BaseSampler]] = {
 
 
 def run_arm(table: Table, sampler: optuna.samplers.BaseSampler, trials: int, workers: int,
-            on_ask: Callable[[float], None] | None = None,
+            on_ask: Callable[[float, float], None] | None = None,
             on_study: Callable[[optuna.Study], None] | None = None
             ) -> list[list[float] | None]:
     """Ask/tell ``trials`` evaluations, ``workers`` at once (the oldest told first); each
-    trial's values in the order told (None: no network). ``on_ask`` gets each ask's seconds
-    (the sampler's work: the ask and the draw of the parameters), ``on_study`` the study."""
+    trial's values in the order told (None: no network). ``on_ask`` gets each ask's wall and
+    process CPU seconds (the sampler's work: the ask and the draw of the parameters),
+    ``on_study`` the study."""
     import time
 
     bind(sampler, costing(table))  # the cost-aware sampler looks the costs up
@@ -170,11 +171,11 @@ def run_arm(table: Table, sampler: optuna.samplers.BaseSampler, trials: int, wor
     asked = 0
     while len(out) < trials:
         while len(running) < workers and asked < trials:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             trial = study.ask()
             row = table.suggest(trial)
             if on_ask is not None:
-                on_ask(time.perf_counter() - start)
+                on_ask(time.perf_counter() - start, time.process_time() - cpu)
             running.append((trial, row))
             asked += 1
         trial, row = running.popleft()

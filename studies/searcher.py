@@ -40,7 +40,7 @@ from studies._pace import Pace
 from studies._progress import Progress
 from studies._tally import Tally
 from studies._trials import StudyRun, base_settings, suggest
-from studies.constraints import cost_dict, violations
+from studies.constraints import broken_bounds, cost_dict, violations
 from studies.costaware import Costing, bind
 from studies.objectives import objective_values
 from studies.store import Status, StorageError, StoredValueError, TrialKey, study_attrs
@@ -84,6 +84,14 @@ def _cost_and_memory(config: Any, geometry: TaskGeometry) -> tuple[Cost, MemoryP
     from nas.cost import cost_and_memory
 
     return cost_and_memory(config, geometry)
+
+
+def _params(config: Any, geometry: TaskGeometry) -> int:
+    """The trainable parameters of ``config``, from its build on the meta device alone
+    (``nas.cost.estimate_params``: the same count as its cost's, no traced pass)."""
+    from nas.cost import estimate_params
+
+    return estimate_params(config, geometry)
 
 
 def _result_key(arch_id: str, settings: dict[str, Any]) -> str:
@@ -144,11 +152,12 @@ class StudySearcher(Searcher):
     through the study's store and counted in ``tally``, both by the tell path alone. ``pace``
     holds the budget, ``deadline`` (a ``time.monotonic()`` after which no trial starts), the
     halt and the twins waiting for a trial in flight. The scheduler tells what it stopped
-    through :meth:`on_stop`.
+    through :meth:`on_stop`. ``samples`` is the validation samples the metric is measured on
+    (``studies._tune.validation_samples``), told to a cost-aware sampler for its noise.
     """
 
     def __init__(self, run: StudyRun, geometry: TaskGeometry, *, deadline: float = math.inf,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, samples: int | None = None) -> None:
         super().__init__(metric=None, mode=None)
         spec = run.spec
         self.run, self.geometry, self.progress = run, geometry, progress
@@ -165,6 +174,11 @@ class StudySearcher(Searcher):
                         or "latency_ms_max" in spec.constraints)
         #: By arch_id: its cost and training-memory profile (Ray's memory request).
         self.costs: dict[str, tuple[Cost, MemoryProfile]] = {}
+        #: By arch_id: the parameters of a candidate costed without its traced pass.
+        self.params: dict[str, int] = {}
+        #: Whether a candidate's cost needs the traced pass (MAdds an objective or constraint).
+        self.needs_madds = ("madds" in spec.objective_names
+                            or any(k.startswith("madds_") for k in spec.constraints))
         self.live: dict[str, _Candidate] = {}  # Tune trial id -> the trial it trains
         self.errored: dict[str, _Candidate] = {}  # failed in Tune, waiting for the error text
         self.stopped_at: dict[str, int] = {}  # Tune trial id -> the epoch the scheduler stopped
@@ -180,7 +194,7 @@ class StudySearcher(Searcher):
         if metric:  # a cost-aware sampler costs its candidates as this searcher costs a trial
             bind(run.study.sampler, Costing(self._cost_of, self._key_of, metric[0],
                                             list(spec.directions), _reference(run),
-                                            spec.fidelity.epochs))
+                                            spec.fidelity.epochs, samples))
 
     @property
     def halted(self) -> str:
@@ -337,20 +351,34 @@ class StudySearcher(Searcher):
         return self.costs[config.arch_id][0]
 
     def _cost_of(self, trial: optuna.Trial) -> tuple[str, list[float]] | None:
-        """A cost-aware sampler's candidate (a scratch trial): what it trains (the key reuse
+        """A cost-aware sampler's candidate (a drawn trial): what it trains (the key reuse
         matches on) and its cost objectives in objective order, or None where the space refuses
-        it or it breaks a constraint. Its cost is kept for the launch, as a trial's is."""
+        it or it breaks a constraint.
+
+        Only what the study's cost objectives and constraints name is computed: a study that
+        names no MAdds counts a candidate's parameters on its meta build (milliseconds), kept
+        per architecture; the traced pass (a tenth of a second and more) is left to the one
+        candidate chosen, at its launch. Otherwise its whole cost is kept for the launch."""
         spec = self.run.spec
         try:
             config, overrides = suggest(self.run.space, trial, spec.smoke)
-            cost = self._cost(config)
+            values = self._candidate_costs(config)
         except NasError:
             return None
-        if violations(spec, cost) is not None:
+        if broken_bounds(spec.constraints, values):
             return None
-        costs = cost_dict(cost)
         key = _result_key(config.arch_id, {**self.settings_base, **overrides})
-        return key, [float(costs[o.name]) for o in spec.objectives if o.source == "cost"]
+        return key, [float(values[o.name]) for o in spec.objectives if o.source == "cost"]
+
+    def _candidate_costs(self, config: ArchConfig) -> dict[str, float]:
+        """``params`` (and ``madds`` where the study names them) of ``config``: from its whole
+        cost where it was computed or MAdds are needed, else from its meta build alone."""
+        if config.arch_id in self.costs or self.needs_madds:
+            cost = self._cost(config)
+            return {"params": cost.params, "madds": cost.madds}
+        if config.arch_id not in self.params:
+            self.params[config.arch_id] = _params(config, self.geometry)
+        return {"params": self.params[config.arch_id]}
 
     def _key_of(self, params: dict[str, Any]) -> str | None:
         """What a trial with ``params`` trains (the key reuse matches on); None where the space
