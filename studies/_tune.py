@@ -14,6 +14,7 @@ import contextlib
 import importlib.util
 import os
 import re
+import sys
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -222,6 +223,8 @@ def fit(run: StudyRun, evaluator: Evaluator | None, pool: int, deadline: float,
             closed = "Its running trials were closed as interrupted; continue with"
         raise RunAborted(f"Study {spec.name!r} stopped: {fault}. {closed} "
                          f"`nas resume {spec.name}`.") from error
+    if searcher.pace.finished:  # budget.until: converged
+        print(searcher.pace.finished, file=sys.stderr)
     return searcher.halted
 
 

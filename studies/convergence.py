@@ -15,8 +15,9 @@ resolve: the study has converged (:func:`convergence`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -30,9 +31,11 @@ from studies.pareto import (
     scale_to_reference,
     to_minimization,
 )
+from studies.store.keys import SamplerKey
 
 __all__ = ["DEFAULT_PATIENCE", "Convergence", "binomial_sd", "convergence",
-           "hypervolume_noise"]
+           "convergence_report", "convergence_text", "hypervolume_noise",
+           "recorded_convergence"]
 
 #: Trials in a row whose best expected gain must stay below the noise.
 DEFAULT_PATIENCE = 10
@@ -116,3 +119,62 @@ def convergence(gains: Sequence[float | None], noise: float | Sequence[float], *
         if window < thresholds[i]:
             return Convergence(True, i, thresholds[i], window, patience)
     return Convergence(False, None, thresholds[-1] if thresholds else 0.0, window, patience)
+
+
+def recorded_convergence(attrs: Sequence[Mapping[str, Any]], *,
+                         patience: int = DEFAULT_PATIENCE) -> Convergence | None:
+    """:func:`convergence` of a study from its trials' system attributes, in the order the
+    trials were asked (their numbers): the gain (``SamplerKey.GAIN``) and the noise
+    (``SamplerKey.NOISE``) the default sampler recorded with each choice. These are values read
+    from the database: one that is not a finite number at least 0 counts as not recorded (a
+    gain: that window never converges; a noise: 0 there, nothing is below it). None where no
+    trial holds a gain (the study's sampler records none)."""
+    gains = [_recorded(a.get(SamplerKey.GAIN)) for a in attrs]
+    if all(g is None for g in gains):
+        return None
+    noise = [_recorded(a.get(SamplerKey.NOISE)) or 0.0 for a in attrs]
+    return convergence(gains, noise, patience=patience)
+
+
+def convergence_report(numbers: Sequence[int], attrs: Sequence[Mapping[str, Any]], *,
+                       stops: bool) -> dict[str, Any] | None:
+    """What ``nas status --json`` and the dashboard say of a study's convergence, from its
+    trials' ``numbers`` and system ``attrs`` in that order (:func:`recorded_convergence`):
+    ``converged``, ``at`` (the trial it converged at, or None), ``gain`` (that window's sum of
+    gains, or the last window's; None where it holds a trial without one), ``noise``,
+    ``patience`` and ``stops`` (whether the study stops there: ``budget.until:
+    converged``). None where no trial records a gain (another sampler)."""
+    found = recorded_convergence(attrs)
+    if found is None:
+        return None
+    return {"converged": found.converged,
+            "at": int(numbers[found.at]) if found.at is not None else None,
+            "gain": found.gain if math.isfinite(found.gain) else None,
+            "noise": found.noise, "patience": found.patience, "stops": stops}
+
+
+def _recorded(value: Any) -> float | None:
+    """A stored gain or noise: a finite number at least 0, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
+def convergence_text(report: Mapping[str, Any]) -> str:
+    """One line for ``nas status`` and the dashboard from ``report`` (``study_status``'s
+    ``convergence``: ``converged``, ``at``, ``gain``, ``noise``, ``patience``, ``stops``)."""
+    gain, noise, patience = report["gain"], report["noise"], report["patience"]
+    window = (f"the expected hypervolume gains of {patience} trials in a row add up to "
+              f"{gain:.2g}" if gain is not None else None)
+    if report["converged"]:
+        after = ("the study stopped there (budget.until: converged)" if report["stops"] else
+                 "more trials are expected to add less than it can resolve")
+        return (f"converged at trial {report['at']}: {window}, below the hypervolume's noise "
+                f"{noise:.2g}; {after}")
+    if window is None:
+        return (f"not converged: the last {patience} trials were not all chosen by the "
+                "default sampler")
+    if noise <= 0:
+        return (f"not converged: {window}; the hypervolume's noise is not known (the task's "
+                "validation size is not)")
+    return f"not converged: {window} (the last), above the hypervolume's noise {noise:.2g}"

@@ -24,7 +24,7 @@ import functools
 import json
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -41,6 +41,7 @@ from studies._progress import Progress
 from studies._tally import Tally
 from studies._trials import StudyRun, base_settings, suggest
 from studies.constraints import broken_bounds, cost_dict, violations
+from studies.convergence import recorded_convergence
 from studies.costaware import Costing, bind
 from studies.objectives import objective_values
 from studies.store import Status, StorageError, StoredValueError, TrialKey, study_attrs
@@ -168,6 +169,11 @@ class StudySearcher(Searcher):
         self.asking = self.store.asking(run.study)
         self.tally = Tally.of(trials)
         self.known = _known_results(trials)
+        #: With ``budget.until: converged``, each trial's system attributes in the order
+        #: asked (the default sampler's gain and noise: ``studies.convergence``), else None.
+        self.recorded: list[Mapping[str, Any]] | None = (
+            [t.system_attrs for t in sorted(trials, key=lambda t: t.number)]
+            if spec.budget.until == "converged" else None)
         self.pace: Pace[_Candidate] = Pace(spec.budget.trials, deadline)
         self.settings_base = base_settings(spec)
         self.latency = ("latency_ms" in spec.objective_names
@@ -227,7 +233,7 @@ class StudySearcher(Searcher):
         twin = self.pace.next_ready()
         if twin is not None:
             return self._launch(trial_id, twin)
-        while not self.pace.halted:
+        while not self.pace.halted and not self._converged():
             if not self.pace.room(self.tally.counted, len(self.live)):
                 return self._finished_or_wait()
             if len(self.live) >= self.max_live:
@@ -396,6 +402,7 @@ class StudySearcher(Searcher):
         run, spec = self.run, self.run.spec
         with self.asking.snapshot():  # one read of the study's trials for this suggestion
             trial = self.asking.ask()
+            self._record_choice(trial)
             try:  # the sampler reads and writes the database: retried like any write
                 config, train_overrides = self.asking.draw(
                     lambda: suggest(run.space, trial, spec.smoke))
@@ -424,6 +431,13 @@ class StudySearcher(Searcher):
             return None
         return candidate  # its attrs are written with its launch (one transaction)
 
+    def _record_choice(self, trial: optuna.Trial) -> None:
+        """Keep what the sampler recorded with ``trial`` (its gain and noise) for
+        :meth:`_converged`: read back once it was asked (the sampler chose and wrote them
+        then), with ``budget.until: converged`` alone."""
+        if self.recorded is not None:
+            self.recorded.append(self.run.storage.get_trial(trial._trial_id).system_attrs)
+
     def _launch(self, trial_id: str, candidate: _Candidate) -> dict[str, Any]:
         spec, number = self.run.spec, candidate.trial.number
         self.live[trial_id] = candidate
@@ -444,6 +458,21 @@ class StudySearcher(Searcher):
             _, profile = self.costs[candidate.attrs[TrialKey.ARCH_ID]]
             config["memory_estimate"] = self.resources.from_profile(profile, config["settings"])
         return config
+
+    def _converged(self) -> bool:
+        """With ``budget.until: converged``: whether the expected gains recorded so far stay
+        below the hypervolume's noise (the run then finishes: ``pace.finished`` says so)."""
+        if self.recorded is None:
+            return False
+        if not self.pace.finished:
+            found = recorded_convergence(self.recorded)
+            if found is not None and found.converged:
+                self.pace.finish(
+                    f"Study {self.run.spec.name!r} converged: the expected hypervolume gains "
+                    f"of the {found.patience} trials asked up to trial {found.at} add up to "
+                    f"{found.gain:.2g}, below the hypervolume's noise {found.noise:.2g} "
+                    "(budget.until: converged).")
+        return bool(self.pace.finished)
 
     def _finished_or_wait(self) -> Any:
         """FINISHED once nothing more can come of this run; None while twins wait for a trial
