@@ -3,7 +3,7 @@ the default sampler's runs would stop, and the hypervolume each gives up against
 budget, for several patiences.
 
     .venv/bin/python benchmarks/convergence.py [--quick] [--datasets cora,...] [--seeds 10]
-        [--budget 200] [--patiences 10,20,30] [--factors 1,0.5]
+        [--budget 200] [--patiences 20,30,50] [--factors 1,0.5,0.25]
 
 Each run is the default arm of ``benchmarks/tabular.py`` (the shipped sampler, two trials at
 once, the oldest told first) up to ``--budget`` trials; it records the expected gain of each
@@ -33,20 +33,10 @@ import numpy as np
 import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _tabular import DATASETS, DIRECTIONS, Table, extract, load
-from tabular import WORKERS, measurement_noise, run_default
+from _tabular import DATASETS, extract, load
+from tabular import measurement_noise, run_default, thresholds
 
-from studies.convergence import convergence, hypervolume_noise
-
-
-def thresholds(t: Table, told: list[list[float] | None], sd: float) -> list[float]:
-    """The hypervolume's noise when each trial was asked: the front of the trials told by then
-    (``WORKERS`` at once, the oldest told first: all but the last ``WORKERS - 1`` asked)."""
-    out = []
-    for i in range(len(told)):
-        seen = [v for v in told[:max(0, i - WORKERS + 1)] if v is not None]
-        out.append(hypervolume_noise(seen, DIRECTIONS, t.reference, 0, sd) if seen else 0.0)
-    return out
+from studies.convergence import convergence
 
 
 def main() -> None:
@@ -55,8 +45,8 @@ def main() -> None:
     parser.add_argument("--datasets", default=None)
     parser.add_argument("--seeds", type=int, default=None, help="default 10")
     parser.add_argument("--budget", type=int, default=200)
-    parser.add_argument("--patiences", default="10,20,30")
-    parser.add_argument("--factors", default="1", help="the noise scaled by each")
+    parser.add_argument("--patiences", default="20,30,50")
+    parser.add_argument("--factors", default="1,0.5,0.25", help="the noise scaled by each")
     parser.add_argument("--bench-python", type=Path,
                         default=Path(__file__).resolve().parent.parent / ".venv-bench/bin/python")
     args = parser.parse_args()

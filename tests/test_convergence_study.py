@@ -40,11 +40,16 @@ def test_budget_until_converged_is_read_checked_and_stored_only_where_set() -> N
 
 def test_stored_gains_and_noise_that_are_not_numbers_count_as_not_recorded() -> None:
     good = {GAIN: 0.001, NOISE: 0.01}
-    assert recorded_convergence([good] * 3, patience=3).at == 2  # type: ignore[union-attr]
+    found = recorded_convergence([good] * 3, patience=3, fraction=1.0)
+    assert found is not None and found.at == 2
+    # by default: a quarter of the noise, 0.0025, which 3 x 0.001 does not stay below
+    assert not recorded_convergence([good] * 3, patience=3).converged  # type: ignore[union-attr]
     for bad in ("0.001", float("nan"), float("inf"), -1.0, True, None, [0.001]):
-        found = recorded_convergence([good, good, {GAIN: bad, NOISE: 0.01}], patience=3)
+        found = recorded_convergence([good, good, {GAIN: bad, NOISE: 0.01}], patience=3,
+                                     fraction=1.0)
         assert found is not None and not found.converged
-        noisy = recorded_convergence([good, good, {GAIN: 0.001, NOISE: bad}], patience=3)
+        noisy = recorded_convergence([good, good, {GAIN: 0.001, NOISE: bad}], patience=3,
+                                     fraction=1.0)
         assert noisy is not None and not noisy.converged  # no noise there: nothing is below
     assert recorded_convergence([{}, {"other": 1}]) is None  # another sampler records none
 
@@ -61,18 +66,21 @@ def test_status_says_when_the_study_converged_with_the_figures(
     spec = StudySpec.from_dict(h.study_dict("c", sampler=COSTAWARE,
                                             budget={"trials": 40, "until": "converged"}))
     run = create_study(spec, url, geometry=h.GEOMETRY)
-    gains = [0.2, 0.1, "junk", 0.05] + [0.0005] * 10 + [0.0001]
+    gains = [0.2, 0.1, "junk", 0.05] + [0.0001] * 51
     for i, gain in enumerate(gains):
-        _add(run.study, {GAIN: gain, NOISE: 0.006}, 0.5 + i / 100)
+        _add(run.study, {GAIN: gain, NOISE: 0.024}, 0.3 + i / 200)
     report = study_status("c", url)["convergence"]
-    first = 3 + 10  # the first window of ten clear of the unreadable gain and of 0.05
+    # the first window of 50 clear of the unreadable gain and of 0.05 adds up to 0.005, below
+    # a quarter of the noise (0.006)
+    first = 3 + 50
     assert report == {"converged": True, "at": first, "gain": pytest.approx(0.005),
-                      "noise": 0.006, "patience": 10, "stops": True}
+                      "noise": pytest.approx(0.024), "fraction": 0.25, "patience": 50,
+                      "stops": True}
     assert nas_main(["status", "c", "--storage", url]) == 0
     out = capsys.readouterr().out
-    assert (f"converged at trial {first}: the expected hypervolume gains of 10 trials in a "
-            "row add up to 0.005, below the hypervolume's noise 0.006; the study stopped "
-            "there (budget.until: converged)") in out
+    assert (f"converged at trial {first}: the expected hypervolume gains of 50 trials in a "
+            "row add up to 0.005, below 0.25 x the hypervolume's noise 0.024; the study "
+            "stopped there (budget.until: converged)") in out
     assert nas_main(["status", "c", "--storage", url, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["convergence"]["at"] == first
 
@@ -82,14 +90,15 @@ def test_status_of_a_study_not_converged_and_of_another_sampler(
     url = f"sqlite:///{tmp_path / 's.db'}"
     run = create_study(StudySpec.from_dict(h.study_dict("n", sampler=COSTAWARE)), url,
                        geometry=h.GEOMETRY)
-    for i in range(12):
-        _add(run.study, {GAIN: 0.01, NOISE: 0.006}, 0.5 + i / 100)
+    for i in range(52):
+        _add(run.study, {GAIN: 0.001, NOISE: 0.024}, 0.3 + i / 200)
     report = study_status("n", url)["convergence"]
     assert not report["converged"] and report["at"] is None and not report["stops"]
-    assert report["gain"] == pytest.approx(0.1) and report["noise"] == 0.006
+    assert report["gain"] == pytest.approx(0.05) and report["noise"] == pytest.approx(0.024)
     assert nas_main(["status", "n", "--storage", url]) == 0
-    assert ("not converged: the expected hypervolume gains of 10 trials in a row add up to "
-            "0.1 (the last), above the hypervolume's noise 0.006") in capsys.readouterr().out
+    assert ("not converged: the expected hypervolume gains of 50 trials in a row add up to "
+            "0.05 (the last), not below 0.25 x the hypervolume's noise 0.024"
+            ) in capsys.readouterr().out
     other = create_study(StudySpec.from_dict(h.study_dict("r")), url, geometry=h.GEOMETRY)
     _add(other.study, {}, 0.5)
     assert study_status("r", url)["convergence"] is None
@@ -139,8 +148,8 @@ def test_the_dashboard_reads_the_same_convergence_and_ignores_what_does_not_pars
     url = f"sqlite:///{db}"
     spec = StudySpec.from_dict(h.study_dict("d", sampler=COSTAWARE))
     run = create_study(spec, url, geometry=h.GEOMETRY)
-    for i in range(14):
-        _add(run.study, {GAIN: 0.0004, NOISE: 0.005}, 0.5 + i / 100)
+    for i in range(54):
+        _add(run.study, {GAIN: 0.0001, NOISE: 0.024}, 0.3 + i / 200)
     ids = [t._trial_id for t in run.study.get_trials(deepcopy=False)]
     update = "UPDATE trial_system_attributes SET value_json = ? WHERE trial_id = ? AND key = ?"
     h.edit_sqlite(db, [(update, ('"0.0004"', ids[2], GAIN))])
@@ -148,11 +157,11 @@ def test_the_dashboard_reads_the_same_convergence_and_ignores_what_does_not_pars
     info = data.study_info(engine, "d")
     report = data.load_convergence(engine, info)
     assert report == study_status("d", url)["convergence"]
-    assert report is not None and report["at"] == 12 and not report["stops"]  # 3..12
+    assert report is not None and report["at"] == 52 and not report["stops"]  # 3..52
     # Text that is not JSON: `nas status` refuses it as the store refuses any stored value
     # that does not parse (naming it); the page keeps its summary and counts it as not recorded.
     h.edit_sqlite(db, [(update, ("{not json", ids[1], GAIN))])
     assert data.load_convergence(engine, info) == report
     summary = str(layout.study_summary(info, {}, {}, 0.5, None, convergence=report))
-    assert "converged at trial 12" in summary and "summary-convergence" in summary
+    assert "converged at trial 52" in summary and "summary-convergence" in summary
     assert "summary-convergence" not in str(layout.study_summary(info, {}, {}, 0.5, None))
