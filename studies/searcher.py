@@ -41,7 +41,7 @@ from studies._progress import Progress
 from studies._tally import Tally
 from studies._trials import StudyRun, base_settings, suggest
 from studies.constraints import broken_bounds, cost_dict, violations
-from studies.convergence import recorded_convergence
+from studies.convergence import DEFAULT_PATIENCE, NOISE_FRACTION, recorded_convergence
 from studies.costaware import Costing, bind
 from studies.objectives import objective_values
 from studies.store import Status, StorageError, StoredValueError, TrialKey, study_attrs
@@ -174,6 +174,7 @@ class StudySearcher(Searcher):
         self.recorded: list[Mapping[str, Any]] | None = (
             [t.system_attrs for t in sorted(trials, key=lambda t: t.number)]
             if spec.budget.until == "converged" else None)
+        self.checked = 0  # the records :meth:`_converged` read
         self.pace: Pace[_Candidate] = Pace(spec.budget.trials, deadline)
         self.settings_base = base_settings(spec)
         self.latency = ("latency_ms" in spec.objective_names
@@ -464,14 +465,18 @@ class StudySearcher(Searcher):
         below the hypervolume's noise (the run then finishes: ``pace.finished`` says so)."""
         if self.recorded is None:
             return False
-        if not self.pace.finished:
-            found = recorded_convergence(self.recorded)
-            if found is not None and found.converged:
+        if not self.pace.finished and len(self.recorded) > self.checked:
+            # The windows that ended by the last check did not converge: only the later ones
+            # are read (a suggestion reads at most DEFAULT_PATIENCE records, not the study).
+            start = max(0, self.checked - DEFAULT_PATIENCE + 1)
+            found = recorded_convergence(self.recorded[start:])
+            self.checked = len(self.recorded)
+            if found is not None and found.converged and found.at is not None:
                 self.pace.finish(
                     f"Study {self.run.spec.name!r} converged: the expected hypervolume gains "
-                    f"of the {found.patience} trials asked up to trial {found.at} add up to "
-                    f"{found.gain:.2g}, below the hypervolume's noise {found.noise:.2g} "
-                    "(budget.until: converged).")
+                    f"of the {found.patience} trials asked up to trial {start + found.at} add "
+                    f"up to {found.gain:.2g}, below {NOISE_FRACTION:g} x the hypervolume's "
+                    f"noise {found.noise / NOISE_FRACTION:.2g} (budget.until: converged).")
         return bool(self.pace.finished)
 
     def _finished_or_wait(self) -> Any:

@@ -165,3 +165,34 @@ def test_the_dashboard_reads_the_same_convergence_and_ignores_what_does_not_pars
     summary = str(layout.study_summary(info, {}, {}, 0.5, None, convergence=report))
     assert "converged at trial 52" in summary and "summary-convergence" in summary
     assert "summary-convergence" not in str(layout.study_summary(info, {}, {}, 0.5, None))
+
+
+def test_the_searcher_finds_a_convergence_stored_before_and_one_reached_later(
+        tmp_path: Path) -> None:
+    """A resumed study that converged before stops at once; otherwise each new trial's record
+    is checked with the windows it ends (the trial named is the study's own number)."""
+    from studies.searcher import StudySearcher
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    data = h.study_dict("r", sampler=COSTAWARE, budget={"trials": 500, "until": "converged"})
+    done = create_study(StudySpec.from_dict(data), url, geometry=h.GEOMETRY)
+    for i in range(60):  # noise 0.024: the gains must add up to less than 0.006
+        _add(done.study, {GAIN: 0.05 if i == 4 else 0.0001, NOISE: 0.024}, 0.3 + i / 200)
+    searcher = StudySearcher(done, h.GEOMETRY)
+    assert searcher._converged() and searcher.pace.closed()
+    assert "asked up to trial 54 add up to 0.005" in searcher.pace.finished
+
+    later = create_study(StudySpec.from_dict({**data, "name": "l"}), url, geometry=h.GEOMETRY)
+    for i in range(52):
+        _add(later.study, {GAIN: 0.05 if i == 30 else 0.0001, NOISE: 0.024}, 0.3 + i / 200)
+    searcher = StudySearcher(later, h.GEOMETRY)
+    assert not searcher._converged()
+    assert searcher.recorded is not None
+    while not searcher._converged():
+        searcher.recorded.append({GAIN: 0.0001, NOISE: 0.024})
+        assert len(searcher.recorded) <= 81
+    assert len(searcher.recorded) == 81  # trials 31..80: the first window clear of trial 30
+    assert "asked up to trial 80 add up to 0.005" in searcher.pace.finished
+    plain = create_study(StudySpec.from_dict({**data, "name": "p", "budget": {"trials": 9}}),
+                         url, geometry=h.GEOMETRY)
+    assert StudySearcher(plain, h.GEOMETRY).recorded is None
