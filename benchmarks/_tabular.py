@@ -31,8 +31,10 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from studies.costaware import CostAwareSampler, Costing
+from studies.costaware import Costing, bind
 from studies.pareto import hypervolume, nondominated_mask, scale_to_reference, to_minimization
+from studies.samplers import make_sampler
+from studies.spec import DEFAULT_SAMPLER
 
 DATASETS = ("cora", "citeseer", "pubmed", "cs", "physics", "photo", "computers", "arxiv")
 DIRECTIONS = ["maximize", "minimize", "minimize"]
@@ -133,7 +135,8 @@ def _nsga2(seed: int) -> optuna.samplers.BaseSampler:
 
 
 def _default(seed: int) -> optuna.samplers.BaseSampler:
-    return CostAwareSampler(seed=seed)
+    """The sampler a study file without ``sampler`` gets, built as the engine builds it."""
+    return make_sampler(DEFAULT_SAMPLER, seed)
 
 
 #: The arms run in this process, as each peer's expert would set it up for these budgets:
@@ -150,16 +153,16 @@ ARMS: dict[str, Callable[[int], optuna.samplers.BaseSampler]] = {
 
 
 def run_arm(table: Table, sampler: optuna.samplers.BaseSampler, trials: int, workers: int,
-            on_ask: Callable[[float], None] | None = None,
+            on_ask: Callable[[float, float], None] | None = None,
             on_study: Callable[[optuna.Study], None] | None = None
             ) -> list[list[float] | None]:
     """Ask/tell ``trials`` evaluations, ``workers`` at once (the oldest told first); each
-    trial's values in the order told (None: no network). ``on_ask`` gets each ask's seconds
-    (the sampler's work: the ask and the draw of the parameters), ``on_study`` the study."""
+    trial's values in the order told (None: no network). ``on_ask`` gets each ask's wall and
+    process CPU seconds (the sampler's work: the ask and the draw of the parameters),
+    ``on_study`` the study."""
     import time
 
-    if isinstance(sampler, CostAwareSampler):
-        sampler.costing = costing(table)
+    bind(sampler, costing(table))  # the cost-aware sampler looks the costs up
     study = optuna.create_study(directions=DIRECTIONS, sampler=sampler)
     if on_study is not None:
         on_study(study)
@@ -168,11 +171,11 @@ def run_arm(table: Table, sampler: optuna.samplers.BaseSampler, trials: int, wor
     asked = 0
     while len(out) < trials:
         while len(running) < workers and asked < trials:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             trial = study.ask()
             row = table.suggest(trial)
             if on_ask is not None:
-                on_ask(time.perf_counter() - start)
+                on_ask(time.perf_counter() - start, time.process_time() - cpu)
             running.append((trial, row))
             asked += 1
         trial, row = running.popleft()

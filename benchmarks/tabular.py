@@ -24,7 +24,8 @@ hypervolume fraction, its spread (sample standard deviation over seeds), its ran
 and the default's wins per seed and one-sided paired Wilcoxon p against it
 (``benchmarks/_quality.py``); then the issue's targets over every benchmark and budget; then
 when the default's convergence rule (``studies.convergence``) would have stopped each run and
-the hypervolume given up against the whole largest budget.
+the hypervolume given up against the whole largest budget (``benchmarks/convergence.py``
+calibrates the rule).
 
 ``--quick``: 3 datasets, 5 seeds, budgets 50 and 200, ``gp`` on the first dataset, 2 seeds, 50
 trials. The default: 8 datasets, 20 seeds, ``gp`` on the first 2, 5 seeds, 50 trials.
@@ -50,7 +51,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _quality import Cell, table, targets
 from _tabular import ARMS, DATASETS, DIRECTIONS, Table, curve, extract, load, run_arm
 
-from studies.convergence import DEFAULT_PATIENCE, convergence, hypervolume_noise
+from studies.convergence import (
+    DEFAULT_PATIENCE,
+    NOISE_FRACTION,
+    convergence,
+    hypervolume_noise,
+)
 from studies.costaware import GAIN_KEY
 
 SLOW = ("gp", "ax")
@@ -89,44 +95,48 @@ def ax_arm(t: Table, table_json: Path, seed: int, trials: int, bench_python: Pat
 def run_default(t: Table, seed: int, trials: int) -> tuple[list[list[float] | None],
                                                             list[float | None]]:
     """The default arm's values told and the expected gain it recorded for each trial."""
-    from studies.costaware import CostAwareSampler
-
     studies: list[optuna.Study] = []
-    told = run_arm(t, CostAwareSampler(seed=seed), trials, WORKERS, on_study=studies.append)
+    told = run_arm(t, ARMS["default"](seed), trials, WORKERS, on_study=studies.append)
     # the order told (two at once, the oldest first) is the order asked: trial numbers
     gains = [x.system_attrs.get(GAIN_KEY) for x in sorted(
         studies[0].get_trials(deepcopy=False), key=lambda x: x.number)]
     return told, gains
 
 
+def thresholds(t: Table, told: list[list[float] | None], sd: float) -> list[float]:
+    """The hypervolume's noise when each trial was asked, as the sampler takes it: the front of
+    the trials told by then (``WORKERS`` at once, the oldest told first: all but the last
+    ``WORKERS - 1`` asked), each accuracy's noise ``sd``."""
+    out = []
+    for i in range(len(told)):
+        seen = [v for v in told[:max(0, i - WORKERS + 1)] if v is not None]
+        out.append(hypervolume_noise(seen, DIRECTIONS, t.reference, 0, sd) if seen else 0.0)
+    return out
+
+
 def stop_report(runs: dict[str, dict[int, tuple[list[Any], list[float | None]]]],
                 tables: dict[str, Table], noise: dict[str, float], budget: int) -> list[str]:
-    """When the convergence rule would have stopped each default run, and what it gave up."""
-    lines = [f"convergence of the default (patience {DEFAULT_PATIENCE}; noise: the hypervolume's "
-             "from each front point's accuracy noise, measured per table) within "
-             f"{budget} trials:",
+    """When the convergence rule would have stopped each default run, and what it gave up (a
+    share of the hypervolume the run reached at ``budget``)."""
+    lines = [f"convergence of the default (patience {DEFAULT_PATIENCE}, {NOISE_FRACTION:g} x "
+             "the hypervolume's noise from each front point's accuracy noise, measured per "
+             f"table) within {budget} trials:",
              f"{'benchmark':<11}{'acc noise':>10}{'stopped':>9}{'median stop':>13}"
              f"{'HV given up (median, max)':>28}"]
     for name, by_seed in runs.items():
         t = tables[name]
         stops, lost = [], []
         for told, gains in by_seed.values():
-            seen: list[list[float]] = []
-            thresholds = []
-            for v in told:
-                if v is not None:
-                    seen.append(v)
-                thresholds.append(hypervolume_noise(seen, DIRECTIONS, t.reference, 0,
-                                                    noise[name]) if seen else 0.0)
-            c = convergence(gains[:budget], thresholds[:budget])
-            at = budget if c.at is None else c.at + 1
+            found = convergence(gains[:budget], [NOISE_FRACTION * n for n in
+                                                 thresholds(t, told, noise[name])[:budget]])
+            at = budget if found.at is None else found.at + 1
             stops.append(at)
             final = curve(t, told, [budget])[0]
-            lost.append(final - curve(t, told, [at])[0])
+            lost.append((final - curve(t, told, [at])[0]) / final if final > 0 else 0.0)
         stopped = sum(s < budget for s in stops)
         lines.append(f"{name:<11}{noise[name]:>10.4f}{f'{stopped}/{len(stops)}':>9}"
                      f"{statistics.median(stops):>13.0f}"
-                     f"{f'{statistics.median(lost):.4f}, {max(lost):.4f}':>28}")
+                     f"{f'{statistics.median(lost):.1%}, {max(lost):.1%}':>28}")
     return lines
 
 

@@ -54,6 +54,8 @@ trial_params = sa.Table("trial_params", _meta, sa.Column("trial_id", _ID),
                         sa.Column("distribution_json", sa.Text))
 trial_attrs = sa.Table("trial_user_attributes", _meta, sa.Column("trial_id", _ID),
                        sa.Column("key", sa.String), sa.Column("value_json", sa.Text))
+trial_system_attrs = sa.Table("trial_system_attributes", _meta, sa.Column("trial_id", _ID),
+                               sa.Column("key", sa.String), sa.Column("value_json", sa.Text))
 trial_intermediate = sa.Table("trial_intermediate_values", _meta, sa.Column("trial_id", _ID),
                               sa.Column("step", sa.Integer),
                               sa.Column("intermediate_value", sa.Float),

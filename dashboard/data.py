@@ -34,6 +34,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from dashboard import _sql as sql
 from studies.store import (
+    SamplerKey,
     Status,
     StorageError,
     StoredValueError,
@@ -59,6 +60,7 @@ __all__ = [
     "StudyInfo",
     "fingerprint",
     "list_studies",
+    "load_convergence",
     "load_curves",
     "load_front",
     "load_promotion",
@@ -771,6 +773,41 @@ def load_promotion(engine: Engine, info: StudyInfo) -> pd.DataFrame:
     return pd.DataFrame({"number": np.array([n for n, _, _ in pairs], dtype=int),
                          "source_trial": np.array([s for _, s, _ in pairs], dtype=int),
                          "proxy": np.array([v for _, _, v in pairs], dtype=float)})
+
+
+def load_convergence(engine: Engine, info: StudyInfo) -> dict[str, Any] | None:
+    """``studies.convergence.convergence_report`` of the study: the default sampler's gain and
+    noise recorded with each trial (``SamplerKey``), read by trial number. A value that does
+    not parse or is not a finite number at least 0 counts as not recorded, as ``nas status``
+    counts it. None where no trial records a gain."""
+    from studies.convergence import convergence_report
+
+    info.check()
+    t, a = sql.trials, sql.trial_system_attrs
+    keys = (SamplerKey.GAIN, SamplerKey.NOISE)
+    with reading(engine) as conn:
+        numbers = sql.frame(conn, sa.select(t.c.number).where(t.c.study_id == info.study_id),
+                            ["number"])
+        rows = sql.frame(conn, sa.select(t.c.number, a.c.key, a.c.value_json)
+                         .join(a, a.c.trial_id == t.c.trial_id)
+                         .where(t.c.study_id == info.study_id, a.c.key.in_(keys)),
+                         ["number", "key", "value"])
+    attrs: dict[int, dict[str, Any]] = {}
+    for number in numbers.number:
+        n = sql.number(number)
+        if n is not None and n.is_integer():
+            attrs.setdefault(int(n), {})
+    for number, key, text in zip(rows.number, rows.key, rows.value, strict=True):
+        n = sql.number(number)
+        if n is None or not n.is_integer() or int(n) not in attrs:
+            continue
+        try:
+            attrs[int(n)][key] = stored.loads(text, study=info.name, key=key, trial=int(n))
+        except StoredValueError:
+            continue  # not recorded
+    ordered = sorted(attrs)
+    stops = info.spec is not None and info.spec.budget.until == "converged"
+    return convergence_report(ordered, [attrs[n] for n in ordered], stops=stops)
 
 
 #: :func:`seed_noise`'s columns.

@@ -17,6 +17,7 @@ from dash.dash_table.DataTable import DataTable
 from dashboard.data import UNFINISHED, StudyData, StudyInfo
 from dashboard.figures import SCALES
 from dashboard.formatting import header, kind_of, number
+from studies.convergence import convergence_text
 from studies.store import Status, TrialKey
 
 __all__ = [
@@ -360,9 +361,11 @@ def _compare_section(others: Sequence[str]) -> html.Section:
 
 def study_summary(info: StudyInfo, counts: Mapping[str, int], best: Mapping[str, Any],
                   hypervolume: float, last_activity: Any,
-                  unreadable: Sequence[int] = ()) -> html.Div:
+                  unreadable: Sequence[int] = (),
+                  convergence: Mapping[str, Any] | None = None) -> html.Div:
     """The study's summary table; ``unreadable``: the numbers of the trials with a stored value
-    that does not parse."""
+    that does not parse; ``convergence``: ``dashboard.data.load_convergence``'s (a row where
+    the study's sampler records gains)."""
     objectives = ", ".join(f"{n} ({d})" for n, d in zip(info.objectives, info.directions,
                                                        strict=True))
     rows: list[list[Any]] = [
@@ -374,6 +377,9 @@ def study_summary(info: StudyInfo, counts: Mapping[str, int], best: Mapping[str,
                                   for k, v in best.items()) or "-"],
         ["hypervolume", f"{hypervolume:.4f}"], ["last activity", fmt(last_activity)],
     ]
+    if convergence is not None:
+        rows.append(["convergence", html.Span(convergence_text(convergence),
+                                              id="summary-convergence")])
     if unreadable:
         shown = ", ".join(str(n) for n in unreadable[:20]) + (", ..." if len(unreadable) > 20
                                                                else "")

@@ -74,6 +74,11 @@ class StudyReader(Protocol):
         """A promoted study's links: rows (number, source_trial, proxy)."""
         ...
 
+    def load_convergence(self, info: StudyInfo) -> dict[str, Any] | None:
+        """Whether the study converged, as ``dashboard.data.load_convergence`` says; None
+        where its sampler records no gains."""
+        ...
+
     def export_storage(self) -> Any:
         """An Optuna storage over the same studies, read-only, for the rare export that only
         ``studies.export`` itself can build (a study without a stored geometry); None where
@@ -141,6 +146,9 @@ class SqlReader:
 
     def load_promotion(self, info: StudyInfo) -> pd.DataFrame:
         return data.load_promotion(self.engine, info)
+
+    def load_convergence(self, info: StudyInfo) -> dict[str, Any] | None:
+        return data.load_convergence(self.engine, info)
 
     def export_storage(self) -> Any:
         if self._export_storage is None:  # opened on the first export only

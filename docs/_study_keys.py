@@ -44,6 +44,9 @@ MEANINGS: dict[str, str] = {
                      "interrupted trials are not counted",
     "budget.timeout_minutes": "the wall-clock limit of each run (`nas run`, and each "
                               "`nas resume`), as Optuna's `timeout` limits each `optimize` call",
+    "budget.until": "`converged`: stop before `trials` once the default sampler's expected "
+                    "hypervolume gains stay below the hypervolume's noise (needs `costaware`; "
+                    "see *Budgets and growing a study*)",
     "fidelity": "how long each trial trains and when it is stopped early",
     "fidelity.epochs": "epochs per trial",
     "fidelity.early_stopping": "`none` or `asha`: multi-objective successive halving over "

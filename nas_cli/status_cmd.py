@@ -50,6 +50,10 @@ def _run(args: argparse.Namespace) -> int:
     for o in status["objectives"]:
         best = objective_value(o["name"], status["best"][o["name"]])
         print(f"  best {o['name']} ({o['direction']}): {best}")
+    if status["convergence"] is not None:
+        from studies.convergence import convergence_text
+
+        print("  " + convergence_text(status["convergence"]))
     _print_promotions(status)
     return 0
 

@@ -5,6 +5,7 @@
 - the trial budget (trials counted, training and waiting must stay below it),
 - the deadline (a ``time.monotonic()`` after which no trial starts),
 - a halt (why no more trials start: a hopeless space, workers that cannot start),
+- a finish (why no more trials start although nothing went wrong: the study converged),
 - the twins: a trial sampled with the result key (architecture and settings) of a trial in
   flight waits for that trial's result; once it ends, the twin reuses its result (it
   completed) or trains itself (it did not).
@@ -41,14 +42,15 @@ class Pace(Generic[C]):
     budget: int
     deadline: float = math.inf
     halted: str = ""
+    finished: str = ""
     rejected_in_a_row: int = 0
     in_flight: dict[str, int] = field(default_factory=dict)  # result key -> trial training it
     deferred: list[C] = field(default_factory=list)  # twins waiting for a trial in flight
     ready: list[C] = field(default_factory=list)  # twins whose leader did not complete
 
     def closed(self) -> bool:
-        """No trial starts any more: halted, or past the deadline."""
-        return bool(self.halted) or time.monotonic() > self.deadline
+        """No trial starts any more: halted, finished, or past the deadline."""
+        return bool(self.halted or self.finished) or time.monotonic() > self.deadline
 
     def room(self, counted: int, training: int) -> bool:
         """Another trial may be sampled: ``counted`` ones, ``training`` ones and the waiting
@@ -113,3 +115,7 @@ class Pace(Generic[C]):
 
     def halt(self, reason: str) -> None:
         self.halted = reason
+
+    def finish(self, reason: str) -> None:
+        """No more trials start, the run ending as it should (``reason``: why)."""
+        self.finished = reason

@@ -14,6 +14,7 @@ import contextlib
 import importlib.util
 import os
 import re
+import sys
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -164,15 +165,21 @@ def fit(run: StudyRun, evaluator: Evaluator | None, pool: int, deadline: float,
     from ray.tune.search import ConcurrencyLimiter
 
     from studies.asha import MultiObjectiveASHA
+    from studies.costaware import cost_aware
     from studies.searcher import FaultStopper, StudyCallback, StudySearcher
     from studies.worker import trainable
 
     spec = run.spec
     assert run.geometry is not None
-    searcher = StudySearcher(run, run.geometry, deadline=deadline, progress=progress)
+    asha = spec.fidelity.early_stopping == "asha" and "accuracy" in spec.objective_names
+    # The metric's noise: the rungs compare within it, the default sampler records the
+    # hypervolume's with each choice (studies.convergence); the task is built only for them.
+    samples = (validation_samples(spec) if asha or cost_aware(run.study.sampler) else None)
+    searcher = StudySearcher(run, run.geometry, deadline=deadline, progress=progress,
+                             samples=samples)
     scheduler: Any = None
-    if spec.fidelity.early_stopping == "asha" and "accuracy" in spec.objective_names:
-        scheduler = MultiObjectiveASHA(_rebuild_rungs(run), on_stop=searcher.on_stop)
+    if asha:
+        scheduler = MultiObjectiveASHA(_rebuild_rungs(run, samples), on_stop=searcher.on_stop)
     blob = cloudpickle.dumps(evaluator) if evaluator is not None else None
     function = tune.with_parameters(trainable, evaluator=blob,
                                     threads=max(1, int(spec.resources.cpu)),
@@ -215,6 +222,8 @@ def fit(run: StudyRun, evaluator: Evaluator | None, pool: int, deadline: float,
             closed = "Its running trials were closed as interrupted; continue with"
         raise RunAborted(f"Study {spec.name!r} stopped: {fault}. {closed} "
                          f"`nas resume {spec.name}`.") from error
+    if searcher.pace.finished:  # budget.until: converged
+        print(searcher.pace.finished, file=sys.stderr)
     return searcher.halted
 
 
@@ -273,9 +282,10 @@ def validation_samples(spec: StudySpec) -> int | None:
         return None
 
 
-def _rebuild_rungs(run: StudyRun) -> Rungs:
+def _rebuild_rungs(run: StudyRun, samples: int | None) -> Rungs:
     """ASHA's rung records from the per-epoch table (interrupted trials left no result),
-    comparing accuracies within the noise of the task's validation split."""
+    comparing accuracies within the noise of the task's validation split (``samples``:
+    :func:`validation_samples`)."""
     from studies.asha import Rungs
 
     spec = run.spec
@@ -283,7 +293,7 @@ def _rebuild_rungs(run: StudyRun) -> Rungs:
     directions = [o.direction for o in spec.objectives if o.source == "metric"] + [
         o.direction for o in spec.objectives if o.source == "cost"]
     rungs = Rungs(spec.fidelity.grace_epochs, spec.fidelity.reduction_factor,
-                  spec.fidelity.epochs, directions, samples=validation_samples(spec))
+                  spec.fidelity.epochs, directions, samples=samples)
     trials = run.store.trials(run.study)
     rows = run.store.epochs(spec.name)
     costs = {a.number: [float((a.cost or {}).get(n) or 0) for n in cost_names]

@@ -7,13 +7,14 @@ measured after training and checked then); ``cost_dict`` is the cost as the tria
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nas.cost import Cost
     from studies.spec import StudySpec
 
-__all__ = ["broken_constraints", "cost_dict", "violations"]
+__all__ = ["broken_bounds", "broken_constraints", "cost_dict", "violations"]
 
 
 def cost_dict(cost: Cost) -> dict[str, Any]:
@@ -25,10 +26,16 @@ def cost_dict(cost: Cost) -> dict[str, Any]:
 def broken_constraints(spec: StudySpec, cost: Cost) -> list[str]:
     """The constraint keys (``params_max``, ...) that ``cost`` breaks; latency is measured
     after training and checked then."""
+    return broken_bounds(spec.constraints, {"params": cost.params, "madds": cost.madds})
+
+
+def broken_bounds(constraints: Mapping[str, float], values: Mapping[str, float]) -> list[str]:
+    """The constraint keys (``params_max``, ...) whose quantity ``values`` holds and breaks; a
+    quantity it does not hold (latency, measured after training) is not checked."""
     out = []
-    for key, limit in spec.constraints.items():
+    for key, limit in constraints.items():
         name, bound = key.rsplit("_", 1)
-        value = getattr(cost, name, None)
+        value = values.get(name)
         if value is None:
             continue
         if (bound == "max" and value > limit) or (bound == "min" and value < limit):

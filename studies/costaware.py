@@ -56,17 +56,27 @@ from threadpoolctl import ThreadpoolController
 from studies._draw import DrawnTrial
 from studies._ehvi import expected_gains, tile
 from studies._gp import MIN_SPREAD, GaussianProcess
+from studies.convergence import binomial_sd, hypervolume_noise
 from studies.pareto import fill_reference, ideal_point, scale_to_reference, to_minimization
+from studies.store.keys import SamplerKey
 
-__all__ = ["GAIN_KEY", "MIN_SPREAD", "SECONDS_KEY", "STARTUPS", "CostAwareSampler", "Costing",
-           "bind"]
+__all__ = ["DEFAULT_POOL", "GAIN_KEY", "MIN_SPREAD", "NOISE_KEY", "SECONDS_KEY", "STARTUPS",
+           "CostAwareSampler", "Costing", "bind", "cost_aware"]
 
 #: The trial system attribute that holds the expected hypervolume gain of the candidate the
 #: sampler chose for it (a float, on the normalised scale of ``studies.pareto``).
-GAIN_KEY = "costaware:expected_gain"
+GAIN_KEY = SamplerKey.GAIN
+#: The trial system attribute that holds the hypervolume's noise when it was chosen (the
+#: standard deviation the front's measured metric gives it, ``studies.convergence``), where the
+#: costing tells the metric's validation samples.
+NOISE_KEY = SamplerKey.NOISE
 #: The trial system attribute that holds the seconds the sampler took to choose it (drawing and
 #: costing the candidates, the model, the expected gains).
-SECONDS_KEY = "costaware:seconds"
+SECONDS_KEY = SamplerKey.SECONDS
+
+#: The candidates kept between suggestions where ``pool`` is not given (or ``candidates +
+#: mutations``, where more).
+DEFAULT_POOL = 64
 
 #: How the start-up trials are chosen: by cost under one prior on the metric, or at random.
 STARTUPS = ("cost", "random")
@@ -83,7 +93,8 @@ class Costing:
     parameters (None where they map to nothing). ``metric`` is the index of the metric
     objective, ``directions`` every objective's, ``reference`` the study's fixed reference
     point (None, or a None entry: derived from the trials), ``full_epochs`` the epochs of a
-    finished trial.
+    finished trial, ``samples`` the validation samples the metric (a share of them) is measured
+    on: the hypervolume's noise recorded with each choice (None: unknown, none recorded).
     """
 
     cost_of: Callable[[optuna.Trial], tuple[str, list[float]] | None]
@@ -92,6 +103,12 @@ class Costing:
     directions: Sequence[str]
     reference: Sequence[float | None] | None
     full_epochs: int
+    samples: int | None = None
+
+
+def cost_aware(sampler: optuna.samplers.BaseSampler) -> bool:
+    """Whether ``sampler`` (or the sampler it wraps) takes the study's costing."""
+    return isinstance(getattr(sampler, "inner", sampler), CostAwareSampler)
 
 
 def bind(sampler: optuna.samplers.BaseSampler, costing: Costing) -> bool:
@@ -153,6 +170,8 @@ class _Memory:
         self.pool: dict[str, tuple[dict[str, Any], list[float]]] = {}
         self.pool_dists: dict[str, BaseDistribution] = {}
         self.encoded: dict[str, list[float]] = {}  # by candidate key, under ``names``
+        #: The last noise computed, and the front's trial ids and the reference it is for.
+        self._noise: tuple[tuple[tuple[int, ...], tuple[float, ...]], float] | None = None
 
     def remember(self, drawn: list[Candidate], dists: dict[str, BaseDistribution],
                  known: set[str | None], size: int) -> list[Candidate]:
@@ -190,6 +209,20 @@ class _Memory:
             if reached is None or reached >= costing.full_epochs:
                 self._add_to_front(t._trial_id, values * signs, list(t.values))
 
+    def noise(self, costing: Costing, reference: Sequence[float] | np.ndarray) -> float | None:
+        """The hypervolume's noise from the front's measured metric (binomial on the costing's
+        validation samples), computed again only when the front or the reference changed."""
+        if costing.samples is None or not self.values:
+            return None
+        key = (tuple(self.values), tuple(float(r) for r in reference))
+        if self._noise is None or self._noise[0] != key:
+            front = list(self.values.values())
+            metric = [v[costing.metric] for v in front]
+            self._noise = (key, hypervolume_noise(
+                front, costing.directions, reference, costing.metric,
+                binomial_sd(metric, costing.samples)))
+        return self._noise[1]
+
     def _add_to_front(self, trial_id: int, point: np.ndarray, values: list[float]) -> None:
         for other in self.front.values():
             if np.all(other <= point) and np.any(other < point):
@@ -226,8 +259,9 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
     expected hypervolume improvement (closed form) trained."""
 
     def __init__(self, *, seed: int | None = None, candidates: int = 8, mutations: int = 8,
-                 pool: int = 64, n_startup_trials: int = 2, startup: str = "cost",
+                 pool: int | None = None, n_startup_trials: int = 2, startup: str = "cost",
                  max_points: int = 256) -> None:
+        pool = max(DEFAULT_POOL, candidates + mutations) if pool is None else pool
         if (candidates < 1 or mutations < 0 or n_startup_trials < 0 or max_points < 2
                 or pool < candidates + mutations):
             raise ValueError("candidates must be at least 1, mutations and n_startup_trials "
@@ -295,9 +329,11 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
             if self._threads is None:  # finding the BLAS libraries takes milliseconds: once
                 self._threads = ThreadpoolController()
             with self._threads.limit(limits=1, user_api="blas"):
-                chosen, gain = self._choose(costing, memory, fresh, dists)
+                chosen, gain, noise = self._choose(costing, memory, fresh, dists)
             self._chosen[trial._trial_id] = chosen
             study._storage.set_trial_system_attr(trial._trial_id, GAIN_KEY, gain)
+            if noise is not None:
+                study._storage.set_trial_system_attr(trial._trial_id, NOISE_KEY, noise)
             study._storage.set_trial_system_attr(trial._trial_id, SECONDS_KEY,
                                                  time.perf_counter() - began)
 
@@ -355,9 +391,10 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
 
     def _choose(self, costing: Costing, memory: _Memory, drawn: list[Candidate],
                 dists: dict[str, BaseDistribution]
-                ) -> tuple[tuple[dict[str, Any], list[float], float], float]:
+                ) -> tuple[tuple[dict[str, Any], list[float], float], float, float | None]:
         """The candidate with the largest expected hypervolume improvement (its parameters,
-        costs and predicted metric) and that expected improvement."""
+        costs and predicted metric), that expected improvement, and the hypervolume's noise
+        (None where the costing does not tell the validation samples)."""
         m, directions = costing.metric, list(costing.directions)
         dists = {**memory.dists, **dists}
         if len(memory.ids) < max(1, self.n_startup_trials):  # start-up: one prior for all
@@ -388,4 +425,5 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
                                1.0 - (mu - reference[m]) / span, sd / abs(span))
         best_i = int(np.argmax(gains))
         params, cost, _ = drawn[best_i]
-        return (params, cost, float(mu[best_i])), float(gains[best_i])
+        return ((params, cost, float(mu[best_i])), float(gains[best_i]),
+                memory.noise(costing, reference))

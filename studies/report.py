@@ -60,7 +60,9 @@ def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
     The hypervolume is taken against the study's fixed reference point (``reference``, by
     objective, raw units; ``reference_source`` says whether it was stored with the study or,
     for a study created before references were stored, derived from its trials: see
-    ``studies.pareto``)."""
+    ``studies.pareto``). ``convergence`` says whether the default sampler's expected gains
+    stayed below the hypervolume's noise (``studies.convergence.convergence_report``; None for
+    another sampler)."""
     run = load_existing(name, storage_url)
     study, attrs = run.study, _attrs(run)
     trials = run.store.trials(run.study)
@@ -100,7 +102,18 @@ def study_status(name: str, storage_url: str | None = None) -> dict[str, Any]:
         "promoted_from": attrs.promoted_from,
         "fidelity": _fidelity(attrs, trials) if attrs.promoted_from else None,
         "promotions": _promotions(attrs, run.store),
+        "convergence": _convergence(trials, run.spec.budget.until),
     }
+
+
+def _convergence(trials: list[optuna.trial.FrozenTrial], until: str | None
+                 ) -> dict[str, Any] | None:
+    """``studies.convergence.convergence_report`` of the trials in number order."""
+    from studies.convergence import convergence_report
+
+    ordered = sorted(trials, key=lambda t: t.number)
+    return convergence_report([t.number for t in ordered], [t.system_attrs for t in ordered],
+                              stops=until == "converged")
 
 
 def _status_word(trial: optuna.trial.FrozenTrial, status: str | None, owned: bool) -> str:

@@ -30,7 +30,8 @@ from optuna.trial import FrozenTrial, TrialState
 from nas.errors import ConfigError
 from studies.costaware import CostAwareSampler
 
-__all__ = ["SAMPLERS", "StoppedTrialsView", "make_sampler", "stopped_values"]
+__all__ = ["RETIRED_OPTIONS", "SAMPLERS", "StoppedTrialsView", "make_sampler",
+           "stopped_values"]
 
 def _tpe(*, seed: int | None = None, multivariate: bool = True, constant_liar: bool = True,
          n_startup_trials: int = 4, **options: Any) -> optuna.samplers.TPESampler:
@@ -103,6 +104,15 @@ _NOT_OPTIONS = {"self", "seed", "constraints_func", "crossover", "independent_sa
                 "reference_points", "search_space"}
 
 
+#: Options a sampler took in an earlier release and no longer does, each with why: a study file
+#: (or a study stored by that release: it is resumed from the database alone) that sets one is
+#: read as if it did not, rather than refused.
+RETIRED_OPTIONS: dict[str, dict[str, str]] = {
+    "costaware": {
+        "mc_samples": "the expected gain has a closed form now (studies._ehvi): no sampling",
+    },
+}
+
 #: The Optuna sampler a factory passes its other options to (``**options``).
 _PASSES_TO: dict[str, type[optuna.samplers.BaseSampler]] = {
     "tpe": optuna.samplers.TPESampler, "gp": optuna.samplers.GPSampler}
@@ -120,13 +130,15 @@ def _options(name: str) -> list[str]:
 
 
 def make_sampler(spec: Mapping[str, Any], seed: int) -> optuna.samplers.BaseSampler:
-    """Build the sampler ``spec`` names, seeded; unknown names and options are errors."""
+    """Build the sampler ``spec`` names, seeded; unknown names and options are errors, a
+    retired option (:data:`RETIRED_OPTIONS`) is ignored."""
     name = spec.get("name")
     if name not in SAMPLERS:
         raise ConfigError(f"Unknown sampler {name!r}; samplers are {sorted(SAMPLERS)}.")
     factory = SAMPLERS[name]
     allowed = _options(name)
-    options = {k: v for k, v in spec.items() if k != "name"}
+    retired = RETIRED_OPTIONS.get(name, {})
+    options = {k: v for k, v in spec.items() if k != "name" and k not in retired}
     for key in options:
         if key not in allowed:
             raise ConfigError(

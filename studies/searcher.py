@@ -24,7 +24,7 @@ import functools
 import json
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -40,7 +40,8 @@ from studies._pace import Pace
 from studies._progress import Progress
 from studies._tally import Tally
 from studies._trials import StudyRun, base_settings, suggest
-from studies.constraints import cost_dict, violations
+from studies.constraints import broken_bounds, cost_dict, violations
+from studies.convergence import DEFAULT_PATIENCE, NOISE_FRACTION, recorded_convergence
 from studies.costaware import Costing, bind
 from studies.interrupts import check_signal
 from studies.objectives import objective_values
@@ -84,6 +85,14 @@ def _cost_and_memory(config: Any, geometry: TaskGeometry) -> tuple[Cost, MemoryP
     from nas.cost import cost_and_memory
 
     return cost_and_memory(config, geometry)
+
+
+def _params(config: Any, geometry: TaskGeometry) -> int:
+    """The trainable parameters of ``config``, from its build on the meta device alone
+    (``nas.cost.estimate_params``: the same count as its cost's, no traced pass)."""
+    from nas.cost import estimate_params
+
+    return estimate_params(config, geometry)
 
 
 def _result_key(arch_id: str, settings: dict[str, Any]) -> str:
@@ -144,11 +153,12 @@ class StudySearcher(Searcher):
     through the study's store and counted in ``tally``, both by the tell path alone. ``pace``
     holds the budget, ``deadline`` (a ``time.monotonic()`` after which no trial starts), the
     halt and the twins waiting for a trial in flight. The scheduler tells what it stopped
-    through :meth:`on_stop`.
+    through :meth:`on_stop`. ``samples`` is the validation samples the metric is measured on
+    (``studies._tune.validation_samples``), told to a cost-aware sampler for its noise.
     """
 
     def __init__(self, run: StudyRun, geometry: TaskGeometry, *, deadline: float = math.inf,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, samples: int | None = None) -> None:
         super().__init__(metric=None, mode=None)
         spec = run.spec
         self.run, self.geometry, self.progress = run, geometry, progress
@@ -159,12 +169,23 @@ class StudySearcher(Searcher):
         self.asking = self.store.asking(run.study)
         self.tally = Tally.of(trials)
         self.known = _known_results(trials)
+        #: With ``budget.until: converged``, each trial's system attributes in the order
+        #: asked (the default sampler's gain and noise: ``studies.convergence``), else None.
+        self.recorded: list[Mapping[str, Any]] | None = (
+            [t.system_attrs for t in sorted(trials, key=lambda t: t.number)]
+            if spec.budget.until == "converged" else None)
+        self.checked = 0  # the records :meth:`_converged` read
         self.pace: Pace[_Candidate] = Pace(spec.budget.trials, deadline)
         self.settings_base = base_settings(spec)
         self.latency = ("latency_ms" in spec.objective_names
                         or "latency_ms_max" in spec.constraints)
         #: By arch_id: its cost and training-memory profile (Ray's memory request).
         self.costs: dict[str, tuple[Cost, MemoryProfile]] = {}
+        #: By arch_id: the parameters of a candidate costed without its traced pass.
+        self.params: dict[str, int] = {}
+        #: Whether a candidate's cost needs the traced pass (MAdds an objective or constraint).
+        self.needs_madds = ("madds" in spec.objective_names
+                            or any(k.startswith("madds_") for k in spec.constraints))
         self.live: dict[str, _Candidate] = {}  # Tune trial id -> the trial it trains
         self.errored: dict[str, _Candidate] = {}  # failed in Tune, waiting for the error text
         self.stopped_at: dict[str, int] = {}  # Tune trial id -> the epoch the scheduler stopped
@@ -180,7 +201,7 @@ class StudySearcher(Searcher):
         if metric:  # a cost-aware sampler costs its candidates as this searcher costs a trial
             bind(run.study.sampler, Costing(self._cost_of, self._key_of, metric[0],
                                             list(spec.directions), _reference(run),
-                                            spec.fidelity.epochs))
+                                            spec.fidelity.epochs, samples))
 
     @property
     def halted(self) -> str:
@@ -213,7 +234,7 @@ class StudySearcher(Searcher):
         twin = self.pace.next_ready()
         if twin is not None:
             return self._launch(trial_id, twin)
-        while not self.pace.halted:
+        while not self.pace.halted and not self._converged():
             if not self.pace.room(self.tally.counted, len(self.live)):
                 return self._finished_or_wait()
             if len(self.live) >= self.max_live:
@@ -337,20 +358,34 @@ class StudySearcher(Searcher):
         return self.costs[config.arch_id][0]
 
     def _cost_of(self, trial: optuna.Trial) -> tuple[str, list[float]] | None:
-        """A cost-aware sampler's candidate (a scratch trial): what it trains (the key reuse
+        """A cost-aware sampler's candidate (a drawn trial): what it trains (the key reuse
         matches on) and its cost objectives in objective order, or None where the space refuses
-        it or it breaks a constraint. Its cost is kept for the launch, as a trial's is."""
+        it or it breaks a constraint.
+
+        Only what the study's cost objectives and constraints name is computed: a study that
+        names no MAdds counts a candidate's parameters on its meta build (milliseconds), kept
+        per architecture; the traced pass (a tenth of a second and more) is left to the one
+        candidate chosen, at its launch. Otherwise its whole cost is kept for the launch."""
         spec = self.run.spec
         try:
             config, overrides = suggest(self.run.space, trial, spec.smoke)
-            cost = self._cost(config)
+            values = self._candidate_costs(config)
         except NasError:
             return None
-        if violations(spec, cost) is not None:
+        if broken_bounds(spec.constraints, values):
             return None
-        costs = cost_dict(cost)
         key = _result_key(config.arch_id, {**self.settings_base, **overrides})
-        return key, [float(costs[o.name]) for o in spec.objectives if o.source == "cost"]
+        return key, [float(values[o.name]) for o in spec.objectives if o.source == "cost"]
+
+    def _candidate_costs(self, config: ArchConfig) -> dict[str, float]:
+        """``params`` (and ``madds`` where the study names them) of ``config``: from its whole
+        cost where it was computed or MAdds are needed, else from its meta build alone."""
+        if config.arch_id in self.costs or self.needs_madds:
+            cost = self._cost(config)
+            return {"params": cost.params, "madds": cost.madds}
+        if config.arch_id not in self.params:
+            self.params[config.arch_id] = _params(config, self.geometry)
+        return {"params": self.params[config.arch_id]}
 
     def _key_of(self, params: dict[str, Any]) -> str | None:
         """What a trial with ``params`` trains (the key reuse matches on); None where the space
@@ -368,6 +403,7 @@ class StudySearcher(Searcher):
         run, spec = self.run, self.run.spec
         with self.asking.snapshot():  # one read of the study's trials for this suggestion
             trial = self.asking.ask()
+            self._record_choice(trial)
             try:  # the sampler reads and writes the database: retried like any write
                 config, train_overrides = self.asking.draw(
                     lambda: suggest(run.space, trial, spec.smoke))
@@ -396,6 +432,13 @@ class StudySearcher(Searcher):
             return None
         return candidate  # its attrs are written with its launch (one transaction)
 
+    def _record_choice(self, trial: optuna.Trial) -> None:
+        """Keep what the sampler recorded with ``trial`` (its gain and noise) for
+        :meth:`_converged`: read back once it was asked (the sampler chose and wrote them
+        then), with ``budget.until: converged`` alone."""
+        if self.recorded is not None:
+            self.recorded.append(self.run.storage.get_trial(trial._trial_id).system_attrs)
+
     def _launch(self, trial_id: str, candidate: _Candidate) -> dict[str, Any]:
         spec, number = self.run.spec, candidate.trial.number
         self.live[trial_id] = candidate
@@ -416,6 +459,25 @@ class StudySearcher(Searcher):
             _, profile = self.costs[candidate.attrs[TrialKey.ARCH_ID]]
             config["memory_estimate"] = self.resources.from_profile(profile, config["settings"])
         return config
+
+    def _converged(self) -> bool:
+        """With ``budget.until: converged``: whether the expected gains recorded so far stay
+        below the hypervolume's noise (the run then finishes: ``pace.finished`` says so)."""
+        if self.recorded is None:
+            return False
+        if not self.pace.finished and len(self.recorded) > self.checked:
+            # The windows that ended by the last check did not converge: only the later ones
+            # are read (a suggestion reads at most DEFAULT_PATIENCE records, not the study).
+            start = max(0, self.checked - DEFAULT_PATIENCE + 1)
+            found = recorded_convergence(self.recorded[start:])
+            self.checked = len(self.recorded)
+            if found is not None and found.converged and found.at is not None:
+                self.pace.finish(
+                    f"Study {self.run.spec.name!r} converged: the expected hypervolume gains "
+                    f"of the {found.patience} trials asked up to trial {start + found.at} add "
+                    f"up to {found.gain:.2g}, below {NOISE_FRACTION:g} x the hypervolume's "
+                    f"noise {found.noise / NOISE_FRACTION:.2g} (budget.until: converged).")
+        return bool(self.pace.finished)
 
     def _finished_or_wait(self) -> Any:
         """FINISHED once nothing more can come of this run; None while twins wait for a trial

@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_SAMPLER",
     "MEASURED_DEFAULT",
     "OBJECTIVES",
+    "UNTIL",
     "Budget",
     "Fidelity",
     "Objective",
@@ -56,6 +57,8 @@ _KEYS = ("name", "task", "space", "objectives", "constraints", "sampler", "budge
 # Bounds of the numbers in a study file (sizes are bounded by the architecture and task checks).
 _MAX_TRIALS = 1_000_000
 _MAX_MINUTES = 60 * 24 * 365.0
+#: The values of ``budget.until``: what, besides the trial budget, ends a study.
+UNTIL = ("converged",)
 _MAX_EPOCHS = 100_000
 _MAX_DEVICES = 4096.0
 #: Seeds are the samplers' and numpy's: 0 .. 2**32 - 1 (a sampler adds the trial count).
@@ -152,25 +155,38 @@ def _folder(value: Any, key: str) -> str | None:
 class Budget:
     """``trials``: the total of counted trials; ``timeout_minutes``: the wall-clock limit of
     each run (``nas run``, and each ``nas resume``), as Optuna's ``timeout`` limits each
-    ``optimize`` call."""
+    ``optimize`` call; ``until``: ``converged`` stops the study earlier, once the default
+    sampler's expected gains stay below the hypervolume's noise (``studies.convergence``)."""
 
     trials: int
     timeout_minutes: float | None = None
+    until: str | None = None
 
     @classmethod
     def from_dict(cls, value: Any) -> Budget:
-        """Study key ``budget``: ``{trials: N, timeout_minutes: M}``, ``trials`` required."""
+        """Study key ``budget``: ``{trials: N, timeout_minutes: M, until: converged}``,
+        ``trials`` required."""
         data = _mapping(value, "budget")
-        _only(data, ("trials", "timeout_minutes"), "budget")
+        _only(data, ("trials", "timeout_minutes", "until"), "budget")
         if "trials" not in data:
             raise ConfigError("Study key `budget` needs `trials`, e.g. {trials: 12}.")
-        timeout = data.get("timeout_minutes")
+        timeout, until = data.get("timeout_minutes"), data.get("until")
+        if until is not None and until not in UNTIL:
+            raise ConfigError(f"Study key `budget.until` must be one of {', '.join(UNTIL)}, "
+                              f"but got {until!r}.")
         return cls(
             trials=_number(data["trials"], "budget.trials", minimum=1, maximum=_MAX_TRIALS,
                            integer=True),
             timeout_minutes=None if timeout is None else float(
                 _number(timeout, "budget.timeout_minutes", maximum=_MAX_MINUTES)),
+            until=until,
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The mapping :meth:`from_dict` reads (``until`` only where set: a study stored
+        before it existed reads back equal)."""
+        return {"trials": self.trials, "timeout_minutes": self.timeout_minutes,
+                **({"until": self.until} if self.until else {})}
 
     def grown(self, *, counted: int, trials: int | None = None,
               timeout_minutes: float | None = None) -> Budget:
@@ -197,7 +213,7 @@ class Budget:
                               f"most {_MAX_MINUTES:g}, but got {timeout_minutes!r}.")
         return Budget(trials=self.trials if trials is None else trials,
                       timeout_minutes=(self.timeout_minutes if timeout_minutes is None
-                                       else float(timeout_minutes)))
+                                       else float(timeout_minutes)), until=self.until)
 
 
 @dataclass(frozen=True)
@@ -330,8 +346,7 @@ class StudySpec:
             "task": {"name": self.task, **self.task_options}, "space": self.space,
             "objectives": [{"name": o.name, "direction": o.direction} for o in self.objectives],
             "constraints": dict(self.constraints), "sampler": dict(self.sampler),
-            "budget": {"trials": self.budget.trials,
-                       "timeout_minutes": self.budget.timeout_minutes},
+            "budget": self.budget.to_dict(),
             "fidelity": {"epochs": self.fidelity.epochs,
                          "early_stopping": self.fidelity.early_stopping,
                          "grace_epochs": self.fidelity.grace_epochs,
@@ -377,6 +392,11 @@ class StudySpec:
         constraints = _constraints(data.get("constraints"))
         sampler = _sampler(data.get("sampler"), objectives)
         budget = Budget.from_dict(data.get("budget"))
+        if budget.until == "converged" and sampler["name"] != "costaware":
+            raise ConfigError(
+                "Study key `budget.until: converged` needs the default sampler 'costaware' (it "
+                "estimates each trial's expected hypervolume gain), but the study's sampler is "
+                f"{sampler['name']!r}.")
         fidelity = Fidelity.from_dict(data.get("fidelity"))
         resources = Resources.from_dict(data.get("resources"))
         train = _train(data.get("train"))

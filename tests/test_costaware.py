@@ -3,6 +3,7 @@ hypervolume improvement trained; refused where an objective is only known after 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -263,3 +264,78 @@ def test_a_drawn_trial_keeps_fixed_values_inside_their_distribution_and_draws_th
     assert set(t.params) == {"a", "b", "c"} and set(t.distributions) == {"a", "b", "c"}
     with pytest.raises(NotImplementedError, match="never trained"):
         t.report(0.5, 1)
+
+
+def test_with_the_validation_samples_each_choice_records_the_hypervolumes_noise() -> None:
+    """Told the metric's validation samples, the sampler records with each choice the
+    hypervolume's noise the front's measured accuracies give it (the binomial rule); not told
+    them, none."""
+    from studies.convergence import binomial_sd, hypervolume_noise
+    from studies.costaware import NOISE_KEY
+
+    sampler, study = _bound(candidates=8)
+    sampler.costing = Costing(_cost_of, _key_of, 0, DIRECTIONS, [0.0, 1000.0], full_epochs=4,
+                              samples=200)
+    told = ((0.5, 0.6), (0.2, 0.3), (0.7, 0.5))  # the last is dominated: no noise of its own
+    for x, acc in told:
+        _tell(study, x, acc)
+    trial = study.ask()
+    trial.suggest_float("x", 0.0, 1.0)
+    recorded = study._storage.get_trial(trial._trial_id).system_attrs[NOISE_KEY]
+    values = [[acc, 1000.0 * x] for x, acc in told]
+    expected = hypervolume_noise(values, DIRECTIONS, [0.0, 1000.0], 0,
+                                 binomial_sd([v[0] for v in values], 200))
+    assert recorded == pytest.approx(expected) and recorded > 0
+    # 0.6 at cost 0.5 alone covers costs 0.5-1 at its level, 0.3 at cost 0.2 those 0.2-0.5
+    assert recorded == pytest.approx(math.hypot(0.5 * math.sqrt(0.24 / 200),
+                                                0.3 * math.sqrt(0.21 / 200)))
+    _unbound, plain = _bound(candidates=8)
+    for x, acc in told:
+        _tell(plain, x, acc)
+    trial = plain.ask()
+    trial.suggest_float("x", 0.0, 1.0)
+    assert NOISE_KEY not in plain._storage.get_trial(trial._trial_id).system_attrs
+
+
+def test_the_engine_costs_a_candidate_with_only_what_its_study_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A study that names no MAdds costs a sampler's candidate by its parameters on the meta
+    build (no traced pass; the count its whole cost gives), once per architecture; a study
+    that names MAdds costs it whole. A candidate that breaks a constraint is refused."""
+    import studies.searcher as searcher_module
+    from nas.cost import estimate_cost
+    from studies._trials import suggest
+    from studies.searcher import StudySearcher
+
+    traced: list[str] = []
+    real = searcher_module._cost_and_memory
+
+    def counted(config: Any, geometry: Any) -> Any:
+        traced.append(config.arch_id)
+        return real(config, geometry)
+
+    monkeypatch.setattr(searcher_module, "_cost_and_memory", counted)
+    params_only = create_study(StudySpec.from_dict(h.study_dict("p")),
+                               f"sqlite:///{tmp_path / 'p.db'}", geometry=h.GEOMETRY)
+    searcher = StudySearcher(params_only, h.GEOMETRY)
+    drawn = [DrawnTrial(np.random.default_rng(1)) for _ in range(2)]  # the same draw twice
+    outs = [searcher._cost_of(t) for t in drawn]  # type: ignore[arg-type]
+    assert outs[0] is not None and outs[0] == outs[1]
+    config, _ = suggest(params_only.space, DrawnTrial(np.random.default_rng(1)), False)
+    assert outs[0][1] == [float(estimate_cost(config, h.GEOMETRY).params)]
+    assert traced == [] and list(searcher.params) == [config.arch_id]
+
+    data = h.study_dict("m", objectives=[{"name": "accuracy", "direction": "maximize"},
+                                         {"name": "madds", "direction": "minimize"}])
+    with_madds = create_study(StudySpec.from_dict(data), f"sqlite:///{tmp_path / 'm.db'}",
+                              geometry=h.GEOMETRY)
+    out = StudySearcher(with_madds, h.GEOMETRY)._cost_of(
+        DrawnTrial(np.random.default_rng(1)))  # type: ignore[arg-type]
+    assert out is not None and out[1] == [float(estimate_cost(config, h.GEOMETRY).madds)]
+    assert traced == [config.arch_id]
+
+    bound = {"params_max": outs[0][1][0] - 1}  # the drawn architecture breaks it, not all do
+    tight = create_study(StudySpec.from_dict(h.study_dict("t", constraints=bound)),
+                         f"sqlite:///{tmp_path / 't.db'}", geometry=h.GEOMETRY)
+    assert StudySearcher(tight, h.GEOMETRY)._cost_of(
+        DrawnTrial(np.random.default_rng(1))) is None  # type: ignore[arg-type]

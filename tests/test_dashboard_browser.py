@@ -869,3 +869,32 @@ def test_markup_in_every_stored_string_shows_as_text(browser: Any, server: str,
     _wait(lambda: "rejected" in browser.find_element(By.ID, "trial-state").text,
           "the rejected trial's page")
     _nothing_ran(browser)
+
+
+def test_the_summary_says_when_the_default_samplers_study_converged(
+        browser: Any, server: str, study_url: str) -> None:
+    """A study whose default sampler recorded gains that stayed below a quarter of the
+    hypervolume's noise for 50 trials: its summary says so, with the figures (a study of
+    another sampler shows no such row: the engine-run study above)."""
+    from studies.store import SamplerKey
+
+    spec = StudySpec.from_dict({
+        "name": "converging", "task": "digits", "space": SPACE, "objectives": OBJECTIVES,
+        "sampler": {"name": "costaware"}, "budget": {"trials": 200, "until": "converged"},
+        "resources": {"cpu": 1}})
+    run = create_study(spec, study_url, geometry=GEOMETRY)
+    dists = {"x": optuna.distributions.FloatDistribution(0, 1)}
+    for i in range(55):
+        gain = 0.05 if i == 2 else 0.0001
+        run.study.add_trial(optuna.trial.create_trial(
+            params={"x": i / 55}, distributions=dists, values=[0.3 + i / 200, 1e4, 1e6],
+            system_attrs={SamplerKey.GAIN: gain, SamplerKey.NOISE: 0.024}))
+    browser.get(server + _study_path("converging"))
+    row = _wait(lambda: browser.find_element(By.ID, "summary-convergence").text,
+                "the convergence row")
+    assert row == ("converged at trial 52: the expected hypervolume gains of 50 trials in a "
+                   "row add up to 0.005, below 0.25 x the hypervolume's noise 0.024; the study "
+                   "stopped there (budget.until: converged)")
+    browser.get(server + _study_path(NAME))
+    _wait(lambda: browser.find_element(By.ID, "summary-table").text, "the summary")
+    assert not browser.find_elements(By.ID, "summary-convergence")

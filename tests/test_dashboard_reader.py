@@ -130,6 +130,9 @@ class MemoryReader:
     def load_promotion(self, info: StudyInfo) -> pd.DataFrame:
         return pd.DataFrame({"number": [], "source_trial": [], "proxy": []})
 
+    def load_convergence(self, info: StudyInfo) -> dict[str, Any] | None:
+        return None
+
     def export_storage(self) -> Any:
         return None
 

@@ -12,8 +12,8 @@ from optuna.trial import TrialState
 
 from nas.errors import ConfigError
 from studies import StudySpec, create_study, run_study
-from studies.costaware import CostAwareSampler
-from studies.samplers import SAMPLERS, LearnsFromStopped, make_sampler
+from studies.costaware import DEFAULT_POOL, CostAwareSampler
+from studies.samplers import RETIRED_OPTIONS, SAMPLERS, LearnsFromStopped, make_sampler
 from studies.spec import DEFAULT_SAMPLER, MEASURED_DEFAULT, load_study_spec
 from studies.spec import StudySpec as Spec
 
@@ -145,6 +145,29 @@ def test_sampler_options_are_checked() -> None:
         with pytest.raises(ConfigError, match=word):
             make_sampler(spec, 0)
     assert set(SAMPLERS) >= {"nsga2", "tpe", "gp", "auto", "random"}
+
+
+def test_a_retired_option_is_ignored_and_an_unknown_one_still_refused() -> None:
+    """``mc_samples`` (costaware before its expected gain had a closed form): a study stored by
+    that release still parses; a misspelt option is still an error."""
+    assert "mc_samples" in RETIRED_OPTIONS["costaware"]
+    old = make_sampler({"name": "costaware", "candidates": 24, "mc_samples": 32}, 0)
+    assert isinstance(old, LearnsFromStopped) and isinstance(old.inner, CostAwareSampler)
+    assert old.inner.candidates == 24
+    assert not hasattr(old.inner, "mc_samples")
+    with pytest.raises(ConfigError, match="'mc_sample'"):
+        make_sampler({"name": "costaware", "mc_sample": 32}, 0)
+    with pytest.raises(ConfigError, match="'mc_samples'"):  # retired for costaware alone
+        make_sampler({"name": "tpe", "mc_samples": 32}, 0)
+
+
+def test_the_pool_grows_with_the_candidates_unless_given() -> None:
+    """An earlier release drew ``candidates`` (up to any number) alone; the pool that keeps
+    them between suggestions holds at least one suggestion's draws."""
+    assert CostAwareSampler().pool == DEFAULT_POOL
+    assert CostAwareSampler(candidates=100).pool == 100 + CostAwareSampler().mutations
+    with pytest.raises(ValueError, match="pool at least"):
+        CostAwareSampler(candidates=100, pool=64)
 
 
 def test_the_default_sampler_is_the_one_the_benchmark_chose() -> None:

@@ -68,9 +68,9 @@ def test_with_samples_a_rung_stops_only_what_beats_the_validation_noise() -> Non
 
 
 def test_a_studys_rungs_know_its_validation_split(tmp_path) -> None:
-    """The engine builds a study's rungs with the size of the validation split its trials are
-    measured on (digits: 360 of 1,797 images), and none for a study whose own evaluator
-    measures accuracy."""
+    """The engine builds a study's rungs (and the default sampler's noise) with the size of the
+    validation split its trials are measured on (digits: 360 of 1,797 images), and none for a
+    study whose own evaluator measures accuracy."""
     import study_helpers as h
 
     from studies import StudySpec, create_study
@@ -80,7 +80,9 @@ def test_a_studys_rungs_know_its_validation_split(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 's.db'}"
     spec = StudySpec.from_dict(h.study_dict("v", fidelity={"epochs": 4, "early_stopping": "asha"}))
     run = create_study(spec, url, geometry=h.GEOMETRY)
-    assert _rebuild_rungs(run).samples == len(get_task("digits").val) == 360
+    samples = validation_samples(run.spec)
+    assert samples == len(get_task("digits").val) == 360
+    assert _rebuild_rungs(run, samples).samples == 360
     own = StudySpec.from_dict(h.study_dict("o", evaluator="study_helpers:instant"))
     assert validation_samples(own) is None
     # A driver that cannot build the task (its files are elsewhere) compares exactly.
@@ -142,7 +144,7 @@ def test_rungs_rebuilt_on_resume_read_costs_as_data(tmp_path) -> None:
     write_epoch(run.storage, "r", trial.number, {"epoch": 1, "train_loss": 1.0,
                                                  "metric": "accuracy", "value": 0.5})
     params = float(h.load(url, "r")[0].user_attrs[TrialKey.COST]["params"])
-    assert _rebuild_rungs(run).records == {1: {trial.number: (0.5, params)}}
+    assert _rebuild_rungs(run, None).records == {1: {trial.number: (0.5, params)}}
     trial.set_user_attr(TrialKey.COST, "not a mapping")
     with pytest.raises(StoredValueError, match=r"`nas\.cost` of study 'r', trial 0 is not valid"):
-        _rebuild_rungs(run)
+        _rebuild_rungs(run, None)

@@ -228,3 +228,37 @@ def test_a_study_that_ended_on_its_budget_grows(tmp_path: Path, ray_local: None,
     assert _files(tmp_path) == before
     assert _stored_budget(url, "grow") == {"trials": 5, "timeout_minutes": 30.0}
     assert counted_trials(h.load(url, "grow")) == 5
+
+
+#: The sampler of a study stored by the release before the closed-form expected gain (db9c1b0):
+#: its study file's ``sampler`` as written, with the option that release took and this one
+#: does not (``mc_samples``) and its ``candidates``.
+_OLD_SAMPLER = {"name": "costaware", "mc_samples": 32, "candidates": 24}
+
+
+@pytest.mark.timeout(300)
+def test_a_study_stored_with_a_retired_sampler_option_resumes(
+        tmp_path: Path, ray_local: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """A study is resumed from the database alone: a sampler option a later release retired
+    (``studies.samplers.RETIRED_OPTIONS``) is ignored, not refused, by every command."""
+    db = tmp_path / "studies.db"
+    url = f"sqlite:///{db}"
+    spec = StudySpec.from_dict(h.study_dict("old", budget={"trials": 2},
+                                            sampler={"name": "costaware"},
+                                            evaluator="study_helpers:instant",
+                                            tune={"storage_path": str(tmp_path / "tune")}))
+    create_study(spec, url, geometry=h.GEOMETRY)
+    stored = {**spec.to_dict(), "sampler": _OLD_SAMPLER}
+    h.edit_sqlite(db, [("UPDATE study_user_attributes SET value_json = ? WHERE key = ?",
+                        (json.dumps(stored), "nas.spec"))])
+    assert nas_main(["status", "old", "--storage", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["counted"] == 0
+
+    code, err = _resume(["old", "--evaluator", "study_helpers:instant", "--storage", url],
+                        capsys)
+    assert code == 0, err
+    assert counted_trials(h.load(url, "old")) == 2
+    chosen = [t for t in h.load(url, "old") if "costaware:seconds" in t.system_attrs]
+    assert chosen, "the trials were not chosen by costaware"
+    assert optuna.load_study(study_name="old", storage=url).user_attrs["nas.spec"][
+        "sampler"] == _OLD_SAMPLER  # read as it is, not rewritten

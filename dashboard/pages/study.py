@@ -113,9 +113,11 @@ def _register_store(app: dash.Dash, cache: StudyCache) -> None:
     def summary(data: dict[str, Any]) -> Any:
         v = _view(cache, data)
         trials = v.data.trials
+        convergence = v.memo("convergence", lambda: cache.reader.load_convergence(v.data.info))
         return layout.study_summary(v.data.info, v.counts, v.best, v.hypervolume,
                                     v.last_activity,
-                                    [int(n) for n in trials.number[trials.unreadable.notna()]])
+                                    [int(n) for n in trials.number[trials.unreadable.notna()]],
+                                    convergence=convergence)
 
     # The page arrives with its front drawn (``page`` sends it): this redraws it when the
     # axes, the trials or the selection change.

@@ -25,7 +25,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from studies.store._listing import study_summaries
     from studies.store._store import StudyExists, StudyStore, StudySummary
-    from studies.store.keys import COUNTED_EXCLUDED, STATE_OF, Status, StudyKey, TrialKey
+    from studies.store.keys import (
+        COUNTED_EXCLUDED,
+        STATE_OF,
+        SamplerKey,
+        Status,
+        StudyKey,
+        TrialKey,
+    )
     from studies.store.lease import Lease, Owner, StudyOwned, is_stale
     from studies.store.storage import (
         DEFAULT_STORAGE,
@@ -54,8 +61,8 @@ if TYPE_CHECKING:
 _HOME = {
     "study_summaries": "studies.store._listing",
     **dict.fromkeys(("StudyExists", "StudyStore", "StudySummary"), "studies.store._store"),
-    **dict.fromkeys(("COUNTED_EXCLUDED", "STATE_OF", "Status", "StudyKey", "TrialKey"),
-                    "studies.store.keys"),
+    **dict.fromkeys(("COUNTED_EXCLUDED", "STATE_OF", "SamplerKey", "Status", "StudyKey",
+                     "TrialKey"), "studies.store.keys"),
     **dict.fromkeys(("Lease", "Owner", "StudyOwned", "is_stale"), "studies.store.lease"),
     **dict.fromkeys(("DEFAULT_STORAGE", "StorageError", "UnknownStudyError", "epochs_table",
                      "read_only_engine", "read_only_engine_kwargs", "reading",
@@ -72,6 +79,7 @@ __all__ = [
     "InertStream",
     "Lease",
     "Owner",
+    "SamplerKey",
     "Status",
     "StorageError",
     "StoredValueError",

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
-__all__ = ["COUNTED_EXCLUDED", "STATE_OF", "Status", "StudyKey", "TrialKey", "iter_keys"]
+__all__ = ["COUNTED_EXCLUDED", "STATE_OF", "SamplerKey", "Status", "StudyKey", "TrialKey",
+           "iter_keys"]
 
 
 class TrialKey:
@@ -54,6 +55,15 @@ class StudyKey:
     PROMOTED_FROM: Final = "nas.promoted_from"  # promoted study: the proxy study's name
     PROMOTIONS: Final = "nas.promotions"  # proxy study: its promoted studies' names
     FIDELITY: Final = "nas.fidelity"  # promoted study: tau, rho, pairs (see studies.promote)
+
+
+class SamplerKey:
+    """Trial system attributes the default sampler (``studies.costaware``) writes as it chooses
+    a trial (``trial.system_attrs[SamplerKey.GAIN]``); ``studies.convergence`` reads them."""
+
+    GAIN: Final = "costaware:expected_gain"  # the chosen candidate's expected hypervolume gain
+    NOISE: Final = "costaware:hypervolume_noise"  # the front's hypervolume noise at the choice
+    SECONDS: Final = "costaware:seconds"  # the seconds the sampler took to choose it
 
 
 class Status:
