@@ -48,10 +48,11 @@ import optuna
 import sqlalchemy as sa
 
 # Run as a script, this file's folder comes first on the import path and its name would shadow
-# the `dashboard` package it measures: that folder goes last (its private modules stay
-# importable).
+# the `dashboard` package it measures: this checkout's root goes first and that folder last (its
+# private modules stay importable).
 _HERE = str(Path(__file__).resolve().parent)
-sys.path[:] = [p for p in sys.path if str(Path(p or ".").resolve()) != _HERE] + [_HERE]
+sys.path[:] = ([str(Path(_HERE).parent)]
+               + [p for p in sys.path if str(Path(p or ".").resolve()) != _HERE] + [_HERE])
 
 from _browser_front import Load, chromium, front_load  # noqa: E402
 from _study_db import write_study  # noqa: E402

@@ -31,7 +31,8 @@ import optuna
 
 _HERE = Path(__file__).resolve().parent
 _ROOT = _HERE.parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE] + [str(_HERE)]
+sys.path[:] = ([str(_ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+               + [str(_HERE)])  # this checkout's packages first, never this folder's scripts
 
 from _study_db import write_study  # noqa: E402
 
