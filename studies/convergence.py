@@ -153,8 +153,8 @@ def convergence_report(numbers: Sequence[int], attrs: Sequence[Mapping[str, Any]
     ``converged``, ``at`` (the trial it converged at, or None), ``gain`` (that window's sum of
     gains, or the last window's; None where it holds a trial without one), ``noise`` (the
     hypervolume's there), ``fraction`` (the share of it the gains must stay below),
-    ``patience`` and ``stops`` (whether the study stops there: ``budget.until: converged``).
-    None where no trial records a gain (another sampler)."""
+    ``patience``, ``stops`` (whether the study stops there: ``budget.until: converged``) and
+    ``trials`` (how many were read). None where no trial records a gain (another sampler)."""
     found = recorded_convergence(attrs)
     if found is None:
         return None
@@ -162,7 +162,7 @@ def convergence_report(numbers: Sequence[int], attrs: Sequence[Mapping[str, Any]
             "at": int(numbers[found.at]) if found.at is not None else None,
             "gain": found.gain if math.isfinite(found.gain) else None,
             "noise": found.noise / NOISE_FRACTION, "fraction": NOISE_FRACTION,
-            "patience": found.patience, "stops": stops}
+            "patience": found.patience, "stops": stops, "trials": len(attrs)}
 
 
 def _recorded(value: Any) -> float | None:
@@ -183,6 +183,9 @@ def convergence_text(report: Mapping[str, Any]) -> str:
         after = ("the study stopped there (budget.until: converged)" if report["stops"] else
                  "more trials are expected to add less than it can resolve")
         return f"converged at trial {report['at']}: {window}, below {share}; {after}"
+    if window is None and report.get("trials", patience) < patience:
+        return (f"not converged: {report['trials']} trials so far, and it is judged over "
+                f"{patience} in a row")
     if window is None:
         return (f"not converged: the last {patience} trials were not all chosen by the "
                 "default sampler")

@@ -75,7 +75,7 @@ def test_status_says_when_the_study_converged_with_the_figures(
     first = 3 + 50
     assert report == {"converged": True, "at": first, "gain": pytest.approx(0.005),
                       "noise": pytest.approx(0.024), "fraction": 0.25, "patience": 50,
-                      "stops": True}
+                      "stops": True, "trials": len(gains)}
     assert nas_main(["status", "c", "--storage", url]) == 0
     out = capsys.readouterr().out
     assert (f"converged at trial {first}: the expected hypervolume gains of 50 trials in a "
@@ -99,6 +99,13 @@ def test_status_of_a_study_not_converged_and_of_another_sampler(
     assert ("not converged: the expected hypervolume gains of 50 trials in a row add up to "
             "0.05 (the last), not below 0.25 x the hypervolume's noise 0.024"
             ) in capsys.readouterr().out
+    few = create_study(StudySpec.from_dict(h.study_dict("f", sampler=COSTAWARE)), url,
+                       geometry=h.GEOMETRY)
+    for i in range(12):  # fewer than the 50 in a row the rule judges (the demo's study)
+        _add(few.study, {GAIN: 0.001, NOISE: 0.024}, 0.3 + i / 200)
+    assert nas_main(["status", "f", "--storage", url]) == 0
+    assert ("not converged: 12 trials so far, and it is judged over 50 in a row"
+            in capsys.readouterr().out)
     other = create_study(StudySpec.from_dict(h.study_dict("r")), url, geometry=h.GEOMETRY)
     _add(other.study, {}, 0.5)
     assert study_status("r", url)["convergence"] is None
