@@ -91,6 +91,34 @@ trained on this 2-core machine before.
   moves one full seed against another only to +0.788. The learning rate decides the 40-batch
   proxy more than the architecture does: draws below about 3e-4 sit near the question prior
   (0.35 - 0.37) at 6 epochs, and within each group the truth's gaps are within its noise.
+- vqa against issue 35's target (on every draw: the proxy's tau within 0.1 of "one more full
+  training", and above the tau of parameters alone and of MAdds alone), measured again
+  2026-11-28 on this 2-core machine (contended, ``nice -n 10``; the command above without
+  ``device=cpu``). Draw 0 reproduces the table above to the last digit, draws 1 and 2 its
+  proxies' rows; their full side not quite (full seed 1 against seed 0 +0.687 / +0.788 against
+  +0.667 / +0.718, draw 1's ceiling +0.727 against +0.697).
+
+  ==================================  =========  =========  =========
+  tau against the mean of 4 seeds      draw 0     draw 1     draw 2
+  ==================================  =========  =========  =========
+  parameters alone                     -0.030     +0.364     -0.182
+  MAdds alone                          +0.092     +0.229     -0.030
+  target: ceiling minus 0.1            +0.688     +0.627     +0.688
+  shipped proxy                        +0.504     -          -
+  constant, no warm-up, batches of 16  +0.748     +0.576     +0.697
+  its seed 1                           +0.687     +0.626     +0.729
+  constant, no warm-up, batches of 8   +0.718     +0.626     +0.697
+  its seed 1                           +0.515     +0.534     +0.818
+  the mean of its seeds 0 and 1        +0.727     +0.606     +0.818
+  batches of 8, 6 epochs of 10         +0.636     +0.394     -
+  batches of 4                         +0.443     -          -
+  ==================================  =========  =========  =========
+
+  Every setting ranks above the cost alone (batches of 8 and 16 by 0.2 or more); none meets
+  the target on every draw: batches of 8 miss draw 1 by 0.001 (one discordant pair of 66 moves
+  tau by 0.03; the ceiling's own 5-95% there is +0.545 - +0.848), batches of 16 by 0.051, and
+  the proxy's own seed moves either by up to 0.2 (batches of 8, seed 1: misses draws 0 and 1 by
+  0.173 and 0.093; batches of 16, seed 1: misses draw 0 by 0.001).
 - digits at the quickstart's fidelity (16 against 64 whole epochs; ``--task digits --full-seeds
   5 --proxy device=cuda --full device=cuda``; 60 full trainings, 1221 s of GPU training): full
   means 0.955 - 0.973 (one validation image is 0.0028), one training's std 0.0078; proxy tau
@@ -102,9 +130,11 @@ trained on this 2-core machine before.
 - Earlier: through ``nas promote`` (16 against 64 epochs, the 8 trials a study had chosen)
   +0.84; the search benchmark's 4 x 10 batches against 5 whole epochs +0.14.
 
-The task defaults are unchanged: no setting reaches 0.75, and they are what every study on the
-task and the search benchmark train. A smoke study on ``synthetic-vqa`` that wants the better
-proxy sets ``train: {schedule: constant, warmup_epochs: 0, batch_size: 16}``.
+The task defaults are unchanged: no setting meets the target on every draw of vqa (nor could
+digits be measured without a GPU: its shipped proxy missed by 0.264 on the one draw measured),
+and the quick defaults are what every study on the task, its full trainings (``nas promote``)
+and the search benchmark train. A smoke study on ``synthetic-vqa`` that wants the better proxy
+sets ``train: {schedule: constant, warmup_epochs: 0, batch_size: 16}`` (or 8).
 """
 
 from __future__ import annotations
@@ -164,12 +194,17 @@ class Setup:
         })
 
 
+#: The truth each proxy is judged by, pinned: the full side names every setting a task's quick
+#: defaults or a study's ``train`` could change, so a change of the proxy's defaults leaves it
+#: (and the cache's keys of its trainings) as it was measured.
+_TRUTH: dict[str, Any] = {"batch_size": 64, "schedule": "cosine", "warmup_epochs": 0.5}
+
 SETUPS: dict[str, Setup] = {
     "digits": Setup("digits", "quickstart", 2.0e5, proxy_epochs=16, full_epochs=64,
                     proxy_train={"batch_size": 64, "warmup_epochs": 0.5},
-                    full_train={"batch_size": 64, "warmup_epochs": 0.5}),
+                    full_train={**_TRUTH, "lr": 2e-3}),
     "vqa": Setup("synthetic-vqa", "lw_transformer", 3.2e5, proxy_epochs=4, full_epochs=6,
-                 smoke=True),
+                 full_train={**_TRUTH, "lr": 1e-3}, smoke=True),
 }
 
 

@@ -8,6 +8,7 @@ as a linked study, and report how well the proxy ranking predicted the promoted 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -32,15 +33,16 @@ and as many of its dominated completed trials (evenly spaced by proxy accuracy) 
 epochs (default 4x the study's) on --task (default the study's), as a new study NAME-promoted in
 the same database (an ordinary Optuna study: each trial names its source trial in the user
 attribute nas.source_trial and its proxy accuracy in nas.source_value). Prints Kendall's tau and
-Spearman's rho between proxy and promoted accuracy, with the number of pairs, and the promoted
-Pareto front. With --seeds N (N >= 2) each chosen trial trains N times, with the study's seed
-and the N-1 after it; the rank agreement takes each trial's mean, and the source's front is
-printed with each trial's promoted accuracy mean ± std over its seeds, marked ~ where its place
-on the front is within that noise (`nas pareto NAME` shows it too). `nas status NAME` shows
-the result; `nas resume NAME-promoted` continues a cut-off promotion. A study that trains with
-its own evaluator is promoted only with --evaluator naming the same function: the database
-stores it, and importing it runs code. Everything is checked
-before anything is written."""
+Spearman's rho between proxy and promoted accuracy, with the number of pairs, Kendall's tau of
+the ranking by parameters alone and by MAdds alone against the same promoted accuracy (the free
+baseline a proxy has to beat), and the promoted Pareto front. With --seeds N (N >= 2) each
+chosen trial trains N times, with the study's seed and the N-1 after it; the rank agreement
+takes each trial's mean, and the source's front is printed with each trial's promoted accuracy
+mean ± std over its seeds, marked ~ where its place on the front is within that noise (`nas
+pareto NAME` shows it too). `nas status NAME` shows the result; `nas resume NAME-promoted`
+continues a cut-off promotion. A study that trains with its own evaluator is promoted only with
+--evaluator naming the same function: the database stores it, and importing it runs code.
+Everything is checked before anything is written."""
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -74,6 +76,9 @@ def _run(args: argparse.Namespace) -> int:
     print(f"Promoted {args.name!r} as {spec.name!r}: {format_agreement(result)} "
           f"(proxy {plan.source.spec.fidelity.epochs} epochs -> {spec.fidelity.epochs} on "
           f"{spec.task!r})")
+    print(f"  the cost alone against the same promoted accuracy (more ranked higher): "
+          f"parameters Kendall tau {_tau(result.get('params_kendall_tau'))}, MAdds Kendall tau "
+          f"{_tau(result.get('madds_kendall_tau'))}")
     pairs = promoted_pairs(spec.name, plan.source.store)
     if pairs:
         print("  source trial  proxy accuracy  promoted accuracy")
@@ -110,6 +115,13 @@ def _check_task_kind(plan: Plan) -> None:
 
 def _article(word: str) -> str:
     return "an" if word[:1] in "aeiou" else "a"
+
+
+def _tau(value: Any) -> str:
+    """A stored tau as printed: ``-`` where it is undefined or not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "-"
+    return f"{value:+.3f}"
 
 
 def _integer(text: str) -> int:

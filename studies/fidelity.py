@@ -108,8 +108,9 @@ def fidelity(trials: Sequence[FrozenTrial], objective_names: Sequence[str], *, e
     names the study in the error about a stored value that does not parse."""
     names = list(objective_names)
     # One pair per source trial: its proxy accuracy and its promoted accuracy (the mean over
-    # its seeds when it was trained with several, ``nas promote --seeds``).
-    by_source: dict[tuple[bool, int], tuple[float, list[float]]] = {}
+    # its seeds when it was trained with several, ``nas promote --seeds``), and the promoted
+    # architecture's cost (``None`` where a trial holds none).
+    by_source: dict[tuple[bool, int], tuple[float, list[float], dict[str, Any] | None]] = {}
     if "accuracy" in names:  # a study promote made has one; a foreign one may not
         accuracy = names.index("accuracy")
         for t in trials:
@@ -118,13 +119,27 @@ def fidelity(trials: Sequence[FrozenTrial], objective_names: Sequence[str], *, e
             p = trial_attrs(study, t.number, t.user_attrs)
             if p.source_value is not None:
                 key = (False, t.number) if p.source_trial is None else (True, p.source_trial)
-                by_source.setdefault(key, (p.source_value, []))[1].append(
+                by_source.setdefault(key, (p.source_value, [], p.cost))[1].append(
                     float(t.values[accuracy]))
-    pairs = [(proxy, math.fsum(acc) / len(acc)) for proxy, acc in by_source.values()]
-    tau, rho = rank_agreement([p for p, _ in pairs], [q for _, q in pairs])
-    return {"kendall_tau": tau, "spearman_rho": rho, "pairs": len(pairs), "epochs": epochs,
+    truth = [math.fsum(acc) / len(acc) for _, acc, _ in by_source.values()]
+    tau, rho = rank_agreement([proxy for proxy, _, _ in by_source.values()], truth)
+    costs = [cost for _, _, cost in by_source.values()]
+    return {"kendall_tau": tau, "spearman_rho": rho, "pairs": len(truth), "epochs": epochs,
             "task": task, "proxy_epochs": proxy_epochs,
-            "noise_ceiling": _ceiling([acc for _, acc in by_source.values()])}
+            "params_kendall_tau": _cost_tau(costs, "params", truth),
+            "madds_kendall_tau": _cost_tau(costs, "madds", truth),
+            "noise_ceiling": _ceiling([acc for _, acc, _ in by_source.values()])}
+
+
+def _cost_tau(costs: Sequence[dict[str, Any] | None], key: str,
+              truth: Sequence[float]) -> float | None:
+    """Kendall's tau of the ranking by cost ``key`` alone (more ranked as more accurate)
+    against ``truth``: the free baseline a proxy has to beat. ``None`` unless every pair's
+    promoted trial holds that cost."""
+    counts = [None if cost is None else cost.get(key) for cost in costs]
+    if any(c is None for c in counts):
+        return None
+    return rank_agreement([float(c) for c in counts if c is not None], truth)[0]
 
 
 def _ceiling(seeds: list[list[float]]) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from trainers.tasks.metrics import bleu4, cider_d, cider_d_scores
+from trainers.tasks.metrics import bleu4, cider_d, cider_d_constant, cider_d_scores
 
 pytest.importorskip("pycocoevalcap", reason="pycocoevalcap is a test dependency (.[test])")
 from pycocoevalcap.bleu.bleu import Bleu
@@ -60,3 +60,30 @@ def test_a_corpus_without_a_matching_4_gram() -> None:
     bleu, cider, _ = reference_scores(candidates, references)
     assert bleu4(candidates, references) == 0.0 and 0.0 < bleu < 1e-4
     assert cider_d(candidates, references) == pytest.approx(cider, abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_one_caption_for_every_image_is_scored_as_coco_caption_does(seed: int) -> None:
+    """``cider_d_constant`` (the chance level: arrays) equals coco-caption's CIDEr-D of that
+    caption given for every image, for a reference's copy, a noisy one and one of unseen words."""
+    _, references = corpus(seed)
+    rng = random.Random(seed)
+    copied = rng.choice(rng.choice(references))
+    noisy = " ".join([*rng.sample(copied.split(), k=3), "w3", "w3", "unseen"])
+    for candidate in (copied, noisy, "unseen words only", "w1"):
+        _, cider, _ = reference_scores([candidate] * len(references), references)
+        assert cider_d_constant(candidate, references) == pytest.approx(cider, abs=1e-12)
+        assert cider_d_constant(candidate.split(), references) == pytest.approx(
+            cider_d([candidate] * len(references), references), abs=1e-12)
+
+
+def test_one_caption_for_every_image_at_the_edges() -> None:
+    # unequal reference counts, an empty reference, an empty candidate, one image, none
+    references = [["a b c d e", "a b", ""], ["b c d"], ["e d c b a", "a b c d e f g"]]
+    for candidate in ("a b c d e", "", "b", "z z z z"):
+        assert cider_d_constant(candidate, references) == pytest.approx(
+            cider_d([candidate] * 3, references), abs=1e-12)
+    assert cider_d_constant("a b", [["a b", "b a"]]) == cider_d(["a b"], [["a b", "b a"]]) == 0
+    assert cider_d_constant("a b", []) == 0.0
+    with pytest.raises(ValueError, match="at least one reference"):
+        cider_d_constant("a", [["a"], []])

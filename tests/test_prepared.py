@@ -364,6 +364,34 @@ def test_files_outside_the_typed_layout_load_alike(vqa_root: Path, coco_root: Pa
     _same_items(_items(get_task("coco-files", **coco)), before[1])
 
 
+def test_lowercase_captions_load_as_the_checked_reader_loads_them(coco_root: Path,
+                                                                  cache: Path) -> None:
+    """Karpathy's tokens are lowercase already: the typed reader keeps such words as decoded
+    (no copy per sentence), and what it prepares is what the checked reader's lowering
+    prepares, word for word."""
+    path = coco_root / "dataset_coco.json"
+
+    def lowercase(data: dict[str, Any]) -> None:
+        for image in data["images"]:
+            for sentence in image["sentences"]:
+                sentence["tokens"] = [t.lower() for t in sentence["tokens"]]
+
+    _retyped(path, lowercase)
+    coco = {"root": str(coco_root), **OPTIONS["coco-files"]}
+    from trainers.tasks import coco_files
+
+    assert not isinstance(coco_files._images(path)[0].sentences[0], dict)  # typed records
+    typed = get_task("coco-files", **coco)
+    assert typed.words == ("a", "cat", "dog", "mat", "on")  # seen twice in training
+    before = (typed.words, typed.chance, _items(typed))
+    _retyped(path, lambda data: data["images"][2].update(cocoid="3"))  # the checked reader
+    assert isinstance(coco_files._images(path)[0].sentences[0], dict)
+    assert prepare_task("coco-files", **coco).built
+    checked = get_task("coco-files", **coco)
+    assert before[0] == checked.words and before[1] == pytest.approx(checked.chance)
+    _same_items(before[2], _items(checked))
+
+
 @pytest.mark.parametrize("task", ["vqa-files", "coco-files"])
 def test_loader_workers_train_what_the_loop_alone_trains(task: str, roots: dict[str, Path],
                                                          cache: Path) -> None:

@@ -20,7 +20,7 @@ from scipy.stats import kendalltau, spearmanr
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study, run_study
 from studies.pareto import nondominated_mask, to_minimization
-from studies.promote import rank_agreement, select_trials
+from studies.promote import fidelity, rank_agreement, select_trials
 from studies.store import StudyKey, TrialKey
 
 pytestmark = [pytest.mark.timeout(600)]
@@ -89,6 +89,54 @@ def test_selection_spreads_over_the_front_and_the_dominated() -> None:
     assert len(every_dominated) == 7
 
 
+def _promoted(number: int, source: int, proxy: float, accuracy: float,
+              cost: dict[str, Any] | None) -> optuna.trial.FrozenTrial:
+    attrs: dict[str, Any] = {TrialKey.SOURCE_TRIAL: source, TrialKey.SOURCE_VALUE: proxy}
+    if cost is not None:
+        attrs[TrialKey.COST] = cost
+    t = optuna.trial.create_trial(values=[accuracy, 1.0, 1.0], user_attrs=attrs)
+    t.number = number
+    return t
+
+
+def test_the_cost_alone_is_ranked_against_the_same_promoted_truth() -> None:
+    # Four source trials, two seeds each: the truth is each one's mean promoted accuracy.
+    rows = [  # source, proxy, promoted accuracies (2 seeds), params, madds
+        (0, 0.50, (0.70, 0.74), 300, 1_000),
+        (1, 0.60, (0.80, 0.78), 100, 9_000),
+        (2, 0.40, (0.60, 0.66), 400, 5_000),
+        (3, 0.55, (0.75, 0.73), 200, 7_000),
+    ]
+    trials = [_promoted(2 * i + k, src, proxy, acc[k], {"params": params, "madds": madds})
+              for i, (src, proxy, acc, params, madds) in enumerate(rows) for k in (0, 1)]
+    got = fidelity(trials, OBJECTIVES, epochs=8, task="digits", proxy_epochs=2)
+    truth = [sum(acc) / 2 for _, _, acc, _, _ in rows]
+    assert got["pairs"] == 4
+    assert got["kendall_tau"] == pytest.approx(
+        kendalltau([r[1] for r in rows], truth).statistic)
+    assert got["params_kendall_tau"] == pytest.approx(
+        kendalltau([r[3] for r in rows], truth).statistic)  # more params ranked higher
+    assert got["madds_kendall_tau"] == pytest.approx(
+        kendalltau([r[4] for r in rows], truth).statistic)
+    assert got["params_kendall_tau"] == pytest.approx(-1.0)  # the truth's order reversed
+    assert got["madds_kendall_tau"] == pytest.approx(2 / 3)  # 5 of 6
+    # A pair whose promoted trial holds no cost (or not that count) leaves the baseline
+    # undefined rather than ranking fewer pairs than the proxy's tau.
+    trials[-1] = _promoted(7, 3, 0.55, 0.73, None)
+    trials[-2] = _promoted(6, 3, 0.55, 0.75, None)
+    got = fidelity(trials, OBJECTIVES, epochs=8, task="digits")
+    assert got["pairs"] == 4 and got["params_kendall_tau"] is None
+    assert got["madds_kendall_tau"] is None
+    trials[-1] = _promoted(7, 3, 0.55, 0.73, {"params": 200})
+    trials[-2] = _promoted(6, 3, 0.55, 0.75, {"params": 200})
+    got = fidelity(trials, OBJECTIVES, epochs=8, task="digits")
+    assert got["params_kendall_tau"] is not None and got["madds_kendall_tau"] is None
+    # Equal costs rank nothing.
+    same = [_promoted(i, i, 0.1 * i, 0.2 * i, {"params": 5, "madds": 5}) for i in range(3)]
+    got = fidelity(same, OBJECTIVES, epochs=8, task="digits")
+    assert got["params_kendall_tau"] is None and got["kendall_tau"] == pytest.approx(1.0)
+
+
 # ----------------------------------------------------------------------------- promotion
 @pytest.mark.slow
 def test_promote_writes_a_linked_study(tmp_path: Path, ray_local: None,
@@ -139,6 +187,15 @@ def test_promote_writes_a_linked_study(tmp_path: Path, ray_local: None,
     assert fidelity["kendall_tau"] == pytest.approx(1.0)  # the fake keeps the proxy's order
     assert (fidelity["epochs"], fidelity["task"], fidelity["proxy_epochs"]) == (5, "digits", 2)
     assert f"Kendall tau {fidelity['kendall_tau']:+.3f}" in out
+    # The cost alone against the same promoted accuracy: the free baseline, stored and printed.
+    costs = {key: [t.user_attrs[TrialKey.COST][key] for t in trials] for key in ("params",
+                                                                                 "madds")}
+    for key in ("params", "madds"):
+        want = rank_agreement(costs[key], final)[0]
+        assert fidelity[f"{key}_kendall_tau"] == (None if want is None else pytest.approx(want))
+    shown = ["-" if fidelity[f"{k}_kendall_tau"] is None else f"{fidelity[f'{k}_kendall_tau']:+.3f}"
+             for k in ("params", "madds")]
+    assert (f"parameters Kendall tau {shown[0]}, MAdds Kendall tau {shown[1]}") in out
     assert f"over {len(trials)} pairs" in out
     assert "Pareto front of 'src-promoted'" in out
 

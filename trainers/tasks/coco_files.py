@@ -26,7 +26,6 @@ opens instead of the JSON (``nas data prepare coco-files --task-set root=...`` a
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from itertools import chain
 from pathlib import Path
@@ -96,6 +95,18 @@ def _images(path: Path) -> list[_Image]:
     return [_Image(int(im["cocoid"]), im["split"], im["sentences"]) for im in images]
 
 
+def _references(chosen: list[_Image], path: Path) -> list[list[list[str]]]:
+    """Each image's sentences as lists of lowercase words. Karpathy's tokens are lowercase
+    already: decoded records whose words all are keep their lists (one check of every
+    character at once, instead of a new list per sentence)."""
+    if chosen and isinstance(chosen[0].sentences[0], _Sentence):  # decoded (all are, or none)
+        refs = [[s.tokens for s in im.sentences] for im in chosen]
+        text = "".join(chain.from_iterable(chain.from_iterable(refs)))
+        if text.lower() == text:  # lowering changes a word only where it changes a character
+            return refs
+    return [_sentences(im, path) for im in chosen]
+
+
 def _sentences(image: _Image, path: Path) -> list[list[str]]:
     out = []
     for sentence in image.sentences:
@@ -122,18 +133,32 @@ def _side(images: list[_Image], splits: Sequence[str], path: Path, directory: Pa
         )
     names, index = feature_index(feature_files(directory), (im.cocoid for im in chosen),
                                  directory, path)
-    return [_sentences(im, path) for im in chosen], names, index
+    return _references(chosen, path), names, index
+
+
+def _vocabulary(references: list[list[list[str]]]) -> tuple[list[str], np.ndarray,
+                                                             np.ndarray]:
+    """The words of ``references``, most frequent first (ties alphabetical), their counts, and
+    every word of every sentence, in order, as its id (its place in that list)."""
+    flat = list(chain.from_iterable(chain.from_iterable(references)))
+    first = {w: i for i, w in enumerate(dict.fromkeys(flat))}  # ids in order of first use
+    ids = np.fromiter(map(first.__getitem__, flat), dtype=np.int64, count=len(flat))
+    counts = np.bincount(ids, minlength=len(first))
+    words, n = list(first), counts.tolist()
+    order = sorted(range(len(words)), key=lambda i: (-n[i], words[i]))
+    rank = np.empty(len(words), dtype=np.int32)
+    rank[order] = np.arange(len(words), dtype=np.int32)
+    return [words[i] for i in order], counts[order], rank[ids]
 
 
 def _encoded(split: str, references: list[list[list[str]]],
-             word_id: Mapping[str, int]) -> dict[str, np.ndarray]:
-    sentences = [s for refs in references for s in refs]
+             tokens: np.ndarray) -> dict[str, np.ndarray]:
+    """One side's arrays: its word ids (``tokens``, every sentence's in order), where each
+    sentence starts in them, where each image's sentences start."""
     images = np.zeros(len(references) + 1, dtype=np.int64)
     np.cumsum([len(refs) for refs in references], out=images[1:])
-    starts = np.zeros(len(sentences) + 1, dtype=np.int64)
-    np.cumsum([len(s) for s in sentences], out=starts[1:])
-    tokens = np.fromiter(map(word_id.__getitem__, chain.from_iterable(sentences)),
-                         dtype=np.int32, count=int(starts[-1]))
+    starts = np.zeros(images[-1] + 1, dtype=np.int64)
+    np.cumsum([len(s) for refs in references for s in refs], out=starts[1:])
     return {f"{split}.tokens": tokens, f"{split}.sentences": starts, f"{split}.images": images}
 
 
@@ -145,15 +170,18 @@ def _parse(path: Path, directory: Path, train_splits: Sequence[str], val_split: 
                                                  train_size)
     val_refs, val_names, val_index = _side(images, (val_split,), path, directory, val_size)
 
-    counts = Counter(chain.from_iterable(chain.from_iterable(train_refs)))
-    ordered = sorted(counts, key=lambda w: (-counts[w], w))
-    known = sum(1 for w in ordered if counts[w] >= min_count)  # a prefix: most frequent first
+    ordered, counts, train_tokens = _vocabulary(train_refs)
+    known = int(np.count_nonzero(counts >= min_count))  # a prefix: most frequent first
     if not known:
         raise NasError(f"No word of '{path}' occurs min_count={min_count} times in training; "
                        "lower min_count.")
-    unseen = sorted(set(chain.from_iterable(chain.from_iterable(val_refs))) - counts.keys())
-    vocabulary = ordered + unseen  # references keep every word, for the metric
-    word_id = {w: i for i, w in enumerate(vocabulary)}
+    word_id = {w: i for i, w in enumerate(ordered)}
+    val_words = list(chain.from_iterable(chain.from_iterable(val_refs)))
+    for word in sorted(set(val_words) - word_id.keys()):  # references keep every word
+        word_id[word] = len(word_id)
+    vocabulary = list(word_id)
+    val_tokens = np.fromiter(map(word_id.__getitem__, val_words), dtype=np.int32,
+                             count=len(val_words))
 
     def unused(_: int) -> Any:  # the chance level reads references only
         raise AssertionError("features are not loaded while parsing")
@@ -162,7 +190,8 @@ def _parse(path: Path, directory: Path, train_splits: Sequence[str], val_split: 
         CaptionDataset(train_refs, unused, max_words=1, sample=False),
         CaptionDataset(val_refs, unused, max_words=1, sample=False))
     arrays = {**encode_strings("words", vocabulary),
-              **_encoded("train", train_refs, word_id), **_encoded("val", val_refs, word_id),
+              **_encoded("train", train_refs, train_tokens),
+              **_encoded("val", val_refs, val_tokens),
               "train.image": train_index, "val.image": val_index,
               **encode_strings("train.features", train_names),
               **encode_strings("val.features", val_names)}
