@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from typing import Any
 
 from nas.errors import NasError
 
-__all__ = ["ADDRESS_HELP", "EVALUATOR_HELP", "STORAGE_HELP", "add_arch_args", "format_agreement",
-           "objective_value", "print_front", "refuse_memory_storage"]
+__all__ = ["ADDRESS_HELP", "EVALUATOR_HELP", "STORAGE_HELP", "add_arch_args",
+           "add_stored_run_args", "format_agreement", "objective_value", "print_front",
+           "refuse_memory_storage"]
 
 #: ``--storage`` of every command that opens the study database.
 STORAGE_HELP = ("SQLAlchemy URL of the study database (default: $NAS_STORAGE, else "
@@ -24,6 +26,18 @@ EVALUATOR_HELP = (
     "required when the study names its own evaluator, and equal to it: the database stores "
     "it, and importing it runs code, so it runs only when you name it (nothing is imported "
     "otherwise)")
+
+
+def add_stored_run_args(p: argparse.ArgumentParser, run: Callable[[argparse.Namespace], int],
+                        ) -> None:
+    """``--storage``, ``--address``, ``--evaluator`` and ``--verbose`` of a command that runs a
+    study already stored (``nas resume``, ``nas promote``), and its ``run`` function."""
+    p.add_argument("--storage", default=None, help=STORAGE_HELP)
+    p.add_argument("--address", default=None, help=ADDRESS_HELP)
+    p.add_argument("--evaluator", default=None, metavar="MODULE:FUNCTION",
+                   help=EVALUATOR_HELP)
+    p.add_argument("--verbose", action="store_true", help="also show Ray Tune's own output")
+    p.set_defaults(func=run, prints_stored=True, runs_study=True)
 
 
 def add_arch_args(p: argparse.ArgumentParser) -> None:

@@ -14,9 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from nas.errors import ConfigError
 from nas_cli._common import (
-    ADDRESS_HELP,
-    EVALUATOR_HELP,
-    STORAGE_HELP,
+    add_stored_run_args,
     format_agreement,
     print_front,
     refuse_memory_storage,
@@ -149,9 +147,4 @@ def register(subparsers: Any) -> None:
                    "marks those within the seed noise")
     p.add_argument("--task", default=None, metavar="TASK",
                    help="the task to retrain on (default: the study's)")
-    p.add_argument("--storage", default=None, help=STORAGE_HELP)
-    p.add_argument("--address", default=None, help=ADDRESS_HELP)
-    p.add_argument("--evaluator", default=None, metavar="MODULE:FUNCTION",
-                   help=EVALUATOR_HELP)
-    p.add_argument("--verbose", action="store_true", help="also show Ray Tune's own output")
-    p.set_defaults(func=_run, prints_stored=True, runs_study=True)
+    add_stored_run_args(p, _run)

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from nas_cli._common import ADDRESS_HELP, EVALUATOR_HELP, STORAGE_HELP
+from nas_cli._common import add_stored_run_args
 from nas_cli.run_cmd import after_run
 
 __all__ = ["register"]
@@ -62,9 +62,4 @@ def register(subparsers: Any) -> None:
     p.add_argument("--timeout-minutes", type=float, default=None, metavar="M",
                    help="a new wall-clock limit of each run, this one and later resumes (as "
                    "Optuna's timeout limits each optimize call)")
-    p.add_argument("--storage", default=None, help=STORAGE_HELP)
-    p.add_argument("--address", default=None, help=ADDRESS_HELP)
-    p.add_argument("--evaluator", default=None, metavar="MODULE:FUNCTION",
-                   help=EVALUATOR_HELP)
-    p.add_argument("--verbose", action="store_true", help="also show Ray Tune's own output")
-    p.set_defaults(func=_run, prints_stored=True, runs_study=True)
+    add_stored_run_args(p, _run)
