@@ -45,6 +45,7 @@ from nas.tasks import TaskGeometry
 
 __all__ = [
     "ADAM_BYTES_PER_PARAM",
+    "CUDA_CONTEXT_BYTES",
     "CUDA_LIBRARY_BYTES",
     "MemoryEstimate",
     "MemoryProfile",
@@ -63,6 +64,10 @@ ADAM_BYTES_PER_PARAM = 4 * 4
 #: What a CUDA training process holds beside its model (see the module): 64 MiB of cuBLAS
 #: workspaces measured on an H200, cuDNN's RNN workspace and allocator rounding, with margin.
 CUDA_LIBRARY_BYTES = 96 * 2**20
+#: What a CUDA process holds outside PyTorch's allocator (its CUDA context and the libraries'
+#: loaded kernels): about 765 MiB a process on an H200 with torch 2.11 (the card's use less
+#: PyTorch's reserved bytes, ``benchmarks/gpu_packing.py``), counted against a trial's share.
+CUDA_CONTEXT_BYTES = 768 * 2**20
 _BACKWARD_FACTOR = 2  # activations kept for backward, plus their gradients
 _EVAL_LIVE_TENSORS = 3  # without a graph: an operator's inputs and its output
 

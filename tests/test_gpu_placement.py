@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 
 from nas.config import ArchConfig
 from nas.errors import ConfigError
-from nas.memory import CUDA_LIBRARY_BYTES, estimate_training_memory
+from nas.memory import CUDA_CONTEXT_BYTES, CUDA_LIBRARY_BYTES, estimate_training_memory
 from studies import StudySpec, create_study, run_study
 from studies.cluster import (
     MEMORY_STEP,
@@ -95,6 +95,10 @@ def test_gpu_budget_is_the_share_of_the_card_capped_by_what_is_free() -> None:
     assert gpu_budget(free=30 * GIB, total=80 * GIB, fraction=0.5) == 30 * GIB
     assert gpu_budget(free=80 * GIB, total=80 * GIB, fraction=1.0) == 80 * GIB
     assert gpu_budget(free=10 * GIB, total=80 * GIB, fraction=0.25) == 10 * GIB
+    # the process's CUDA context counts against its share, and is already out of what is free
+    assert gpu_budget(free=80 * GIB, total=80 * GIB, fraction=0.5, context=GIB) == 39 * GIB
+    assert gpu_budget(free=30 * GIB, total=80 * GIB, fraction=0.5, context=GIB) == 30 * GIB
+    assert gpu_budget(free=GIB, total=GIB, fraction=0.5, context=GIB) == 0
     for bad in (0.0, 1.5, -0.5):
         with pytest.raises(ValueError, match="fraction"):
             gpu_budget(1, 1, bad)
@@ -107,8 +111,10 @@ def test_a_half_gpu_trial_plans_for_half_the_card() -> None:
     # the estimate plus the CUDA libraries' workspaces (measured on an H200: tests/test_cuda.py)
     need = (estimate_training_memory(config, data.geometry, 64, eval_batch_size=256)
             + CUDA_LIBRARY_BYTES)
-    total = 3 * need // 2  # the whole card, all free, holds it; half the card does not
+    total = 3 * need // 2 + CUDA_CONTEXT_BYTES  # the card holds it with the context beside it
     assert check_gpu_share(config, cfg, data, 1.0, (total, total)) == need
+    with pytest.raises(ConfigError, match="for the CUDA context"):  # the context counts
+        check_gpu_share(config, cfg, data, 1.0, (total, need + CUDA_CONTEXT_BYTES - 1))
     with pytest.raises(ConfigError):  # the estimate alone would fit: the libraries do not
         check_gpu_share(config, cfg, data, 1.0, (need - 1, need - 1))
     with pytest.raises(ConfigError) as caught:

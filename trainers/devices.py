@@ -92,15 +92,18 @@ def trial_device(requested: str, placement: Placement,
     return f"cuda:{int(index or 0)}"
 
 
-def gpu_budget(free: int, total: int, fraction: float) -> int:
-    """Bytes a trial holding ``fraction`` of a GPU may plan for: ``min(free, total *
-    fraction)``.
+def gpu_budget(free: int, total: int, fraction: float, context: int = 0) -> int:
+    """Bytes a trial holding ``fraction`` of a GPU may plan for: ``min(free, total * fraction -
+    context)``.
 
     The share of the card, ``total * fraction``, is what Ray promised the trial: its neighbours
-    are entitled to theirs, however much is free when it starts. It is capped by ``free``, since
-    memory the neighbours (or another program) already hold cannot be had. (``free * fraction``
-    would count the neighbours' allocations twice: ``free`` already excludes them.)
+    are entitled to theirs, however much is free when it starts. ``context`` is what the trial's
+    process holds outside PyTorch's allocator (its CUDA context, ``nas.memory.
+    CUDA_CONTEXT_BYTES``): it counts against the share, and is already out of ``free``, which is
+    read after the process started CUDA. The budget is capped by ``free``, since memory the
+    neighbours (or another program) already hold cannot be had. (``free * fraction`` would count
+    the neighbours' allocations twice: ``free`` already excludes them.)
     """
     if not 0 < fraction <= 1:
         raise ValueError(f"a GPU fraction is in (0, 1], not {fraction!r}")
-    return max(0, min(free, int(total * fraction)))
+    return max(0, min(free, int(total * fraction) - context))

@@ -29,7 +29,13 @@ from torch.utils.data import DataLoader
 from nas.config import ArchConfig
 from nas.cost import model_cost
 from nas.errors import ConfigError
-from nas.memory import check_training_memory, device_bytes, format_bytes, training_memory
+from nas.memory import (
+    CUDA_CONTEXT_BYTES,
+    check_training_memory,
+    device_bytes,
+    format_bytes,
+    training_memory,
+)
 from nas.models import FamilyModel, create_model
 from nas.radix import RadixTokenizer, WordTokenizer, tokenizer_from_dict
 from trainers.config import DEVICE_PATTERN, TRAIN_LIMITS, TrainConfig, quick_defaults
@@ -133,7 +139,8 @@ def check_gpu_share(config: ArchConfig, cfg: TrainConfig, data: TaskData, fracti
     """The memory check of a trial that holds ``fraction`` of a GPU (``resources.gpu`` < 1):
     the estimate with the CUDA libraries' share (``nas.memory.device_bytes``) against
     :func:`trainers.devices.gpu_budget` of the card's ``(free, total)`` bytes
-    (``torch.cuda.mem_get_info``), not against all that is free.
+    (``torch.cuda.mem_get_info``): the share, less the process's CUDA context
+    (``nas.memory.CUDA_CONTEXT_BYTES``), and no more than is free.
 
     Raises:
         ConfigError: the estimate exceeds the trial's share (one line, both figures).
@@ -142,14 +149,16 @@ def check_gpu_share(config: ArchConfig, cfg: TrainConfig, data: TaskData, fracti
                                eval_batch_size=cfg.eval_batch_size)
     needed = device_bytes(estimate, "cuda")
     free, total = mem_info
-    budget = gpu_budget(free, total, fraction)
+    budget = gpu_budget(free, total, fraction, CUDA_CONTEXT_BYTES)
     if needed > budget:
         raise ConfigError(
             f"Training arch {config.arch_id} ({config.family}, {estimate.params:,} params) at "
             f"batch_size={cfg.batch_size} needs about {format_bytes(needed)}, but the "
             f"trial holds {fraction:g} of a GPU: {format_bytes(budget)} of its "
-            f"{format_bytes(total)} ({format_bytes(free)} free); lower batch_size or "
-            "eval_batch_size, raise resources.gpu, or choose a smaller architecture.")
+            f"{format_bytes(total)} ({format_bytes(free)} free, "
+            f"{format_bytes(CUDA_CONTEXT_BYTES)} of the share for the CUDA context); lower "
+            "batch_size or eval_batch_size, raise resources.gpu, or choose a smaller "
+            "architecture.")
     return needed
 
 
@@ -250,8 +259,11 @@ def _placed(config: ArchConfig, cfg: TrainConfig, data: TaskData,
     if device.type == "cuda" and device.index is None:  # the allocator's fraction needs an index
         device = torch.device("cuda", torch.cuda.current_device())
     if device.type == "cuda" and gpu_fraction < 1:
-        check_gpu_share(config, cfg, data, gpu_fraction, torch.cuda.mem_get_info(device))
-        torch.cuda.set_per_process_memory_fraction(gpu_fraction, device)
+        free, total = torch.cuda.mem_get_info(device)
+        check_gpu_share(config, cfg, data, gpu_fraction, (free, total))
+        # the allocator's cap: the share less the context, which the check left room for
+        torch.cuda.set_per_process_memory_fraction(
+            max(gpu_fraction - CUDA_CONTEXT_BYTES / total, 1e-3), device)
     else:
         check_training_memory(config, data.geometry, cfg.batch_size, device,
                               eval_batch_size=cfg.eval_batch_size)
@@ -319,7 +331,7 @@ def train(
     status ``failed`` and the reason, instead of wasting the budget. ``progress`` wraps the
     batch iterator (a progress bar) when given. ``gpu_fraction`` is the share of the GPU a
     study trial holds (``resources.gpu`` below 1): on CUDA its memory check plans for that share
-    (:func:`check_gpu_share`), and PyTorch's allocator is held to it.
+    (:func:`check_gpu_share`), and PyTorch's allocator is held to it, less the CUDA context.
     """
     device = _placed(config, cfg, data, gpu_fraction)
     seed_everything(cfg.seed)
