@@ -14,8 +14,8 @@ __all__ = ["register"]
 
 _DESCRIPTION = (
     "Continue study NAME from the database alone: trials a crashed run left running are closed "
-    "and run again, until the budget is spent. --trials and --timeout-minutes grow the budget "
-    "(stored in the study). Everything is checked before the database is written.")
+    "and run again, until the budget is spent. --trials, --timeout-minutes and --until change "
+    "the budget (stored in the study). Everything is checked before the database is written.")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -25,7 +25,7 @@ def _run(args: argparse.Namespace) -> int:
     # a name that cannot name folders, another owner, everything the run would refuse.
     run, evaluator = prepare_resume(args.name, args.storage, vouched=args.evaluator,
                                     address=args.address, trials=args.trials,
-                                    timeout_minutes=args.timeout_minutes)
+                                    timeout_minutes=args.timeout_minutes, until=args.until)
     budget = run.spec.budget.trials
     before = run.attrs.spec.budget if run.attrs is not None and run.attrs.spec else None
 
@@ -48,7 +48,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _budget_label(budget: Any) -> str:
     minutes = budget.timeout_minutes
-    return f"{budget.trials} trials" + (f", {minutes:g} minutes per run" if minutes else "")
+    return (f"{budget.trials} trials" + (f", {minutes:g} minutes per run" if minutes else "")
+            + (f", until {budget.until}" if budget.until else ""))
 
 
 def register(subparsers: Any) -> None:
@@ -62,4 +63,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--timeout-minutes", type=float, default=None, metavar="M",
                    help="a new wall-clock limit of each run, this one and later resumes (as "
                    "Optuna's timeout limits each optimize call)")
+    p.add_argument("--until", choices=("converged", "budget"), default=None,
+                   help="converged: stop once the default sampler's expected gains stay below "
+                   "the hypervolume's noise (budget.until: converged); budget: run to the "
+                   "trial budget, past a convergence (drops budget.until)")
     add_stored_run_args(p, _run)

@@ -68,7 +68,7 @@ from studies.interrupts import (
 )
 from studies.reference import study_reference, uniform_chance
 from studies.samplers import make_sampler
-from studies.spec import StudySpec
+from studies.spec import StudySpec, check_until
 from studies.store import (
     Status,
     StudyExists,
@@ -273,15 +273,17 @@ def _prepare(run: StudyRun, *, address: str | None, evaluator: Evaluator | None,
 
 def prepare_resume(name: str, storage: str | None = None, *, vouched: str | None = None,
                    address: str | None = None, trials: int | None = None,
-                   timeout_minutes: float | None = None) -> tuple[StudyRun, Evaluator | None]:
+                   timeout_minutes: float | None = None,
+                   until: str | None = None) -> tuple[StudyRun, Evaluator | None]:
     """``nas resume``: study ``name`` read and checked as :func:`run_study` checks it (its
     stored evaluator ``vouched`` for, see :func:`resolve_evaluator`) before the database is
     opened for writing, then opened for writing. Returns the run and the evaluator to pass to
     :func:`run_study`.
 
-    ``trials`` (a new total) and ``timeout_minutes`` (a new limit of each run) grow the study's
-    budget (``Budget.grown``): the returned run carries it, and :func:`run_study` stores it in
-    the study's spec once the study is its own.
+    ``trials`` (a new total), ``timeout_minutes`` (a new limit of each run) and ``until``
+    (``converged``, or ``budget``: run to the trials) change the study's budget
+    (``Budget.grown``): the returned run carries it, and :func:`run_study` stores it in the
+    study's spec once the study is its own.
 
     Raises:
         UnknownStudyError, StoredValueError, StudyOwned, ConfigError: nothing written (a total
@@ -290,9 +292,11 @@ def prepare_resume(name: str, storage: str | None = None, *, vouched: str | None
     check_ray_address(address)
     stored = load_existing(name, storage)  # read-only
     budget = stored.spec.budget
-    if trials is not None or timeout_minutes is not None:
+    if trials is not None or timeout_minutes is not None or until is not None:
         counted = counted_trials(stored.store.trials(stored.study))
-        budget = budget.grown(counted=counted, trials=trials, timeout_minutes=timeout_minutes)
+        budget = budget.grown(counted=counted, trials=trials, timeout_minutes=timeout_minutes,
+                              until=until)
+        check_until(budget, stored.spec.sampler)
         stored.spec = replace(stored.spec, budget=budget)
     evaluator = resolve_evaluator(stored.spec, stored=True, vouched=vouched)
     ready = _prepare(stored, address=address, evaluator=evaluator, geometry=None)

@@ -189,9 +189,11 @@ class Budget:
                 **({"until": self.until} if self.until else {})}
 
     def grown(self, *, counted: int, trials: int | None = None,
-              timeout_minutes: float | None = None) -> Budget:
-        """This budget with a new total of ``trials`` and/or a new ``timeout_minutes`` (``nas
-        resume --trials N --timeout-minutes M``), for a study that has ``counted`` trials.
+              timeout_minutes: float | None = None, until: str | None = None) -> Budget:
+        """This budget with a new total of ``trials``, a new ``timeout_minutes`` and/or a new
+        ``until`` (``nas resume --trials N --timeout-minutes M --until converged|budget``;
+        ``budget`` drops ``until``: the study runs to its trials), for a study that has
+        ``counted`` trials.
 
         Raises:
             ConfigError: a total below ``counted`` (the message names both numbers), or a value
@@ -211,9 +213,13 @@ class Budget:
                 and 0 < timeout_minutes <= _MAX_MINUTES):
             raise ConfigError(f"--timeout-minutes must be a number of minutes above 0 and at "
                               f"most {_MAX_MINUTES:g}, but got {timeout_minutes!r}.")
+        if until is not None and until not in (*UNTIL, "budget"):
+            raise ConfigError(f"--until must be one of {', '.join((*UNTIL, 'budget'))}, but got "
+                              f"{until!r}.")
         return Budget(trials=self.trials if trials is None else trials,
                       timeout_minutes=(self.timeout_minutes if timeout_minutes is None
-                                       else float(timeout_minutes)), until=self.until)
+                                       else float(timeout_minutes)),
+                      until=self.until if until is None else None if until == "budget" else until)
 
 
 @dataclass(frozen=True)
@@ -392,11 +398,7 @@ class StudySpec:
         constraints = _constraints(data.get("constraints"))
         sampler = _sampler(data.get("sampler"), objectives)
         budget = Budget.from_dict(data.get("budget"))
-        if budget.until == "converged" and sampler["name"] != "costaware":
-            raise ConfigError(
-                "Study key `budget.until: converged` needs the default sampler 'costaware' (it "
-                "estimates each trial's expected hypervolume gain), but the study's sampler is "
-                f"{sampler['name']!r}.")
+        check_until(budget, sampler)
         fidelity = Fidelity.from_dict(data.get("fidelity"))
         resources = Resources.from_dict(data.get("resources"))
         train = _train(data.get("train"))
@@ -423,6 +425,19 @@ class StudySpec:
 
 
 # ----------------------------------------------------------------------------- the keys
+def check_until(budget: Budget, sampler: Mapping[str, Any]) -> None:
+    """``budget.until: converged`` needs the sampler that records the gains it reads.
+
+    Raises:
+        ConfigError: another sampler (one line).
+    """
+    if budget.until == "converged" and sampler["name"] != "costaware":
+        raise ConfigError(
+            "Study key `budget.until: converged` needs the default sampler 'costaware' (it "
+            "estimates each trial's expected hypervolume gain), but the study's sampler is "
+            f"{sampler['name']!r}.")
+
+
 def _task(value: Any) -> tuple[str, dict[str, Any]]:
     """Study key ``task``: a task name, or a mapping with ``name`` and the task's options."""
     if isinstance(value, str):

@@ -174,6 +174,48 @@ def test_the_dashboard_reads_the_same_convergence_and_ignores_what_does_not_pars
     assert "summary-convergence" not in str(layout.study_summary(info, {}, {}, 0.5, None))
 
 
+def test_resume_until_budget_runs_a_converged_study_on_and_until_converged_is_checked(
+        ray_local: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A converged study stops again at once on a plain resume; ``--until budget`` (stored)
+    runs it to its trials; ``--until converged`` is refused for another sampler, nothing
+    written."""
+    import studies.searcher as searcher_module
+    from studies.engine import prepare_resume
+
+    def generous(attrs: Any) -> Any:
+        return recorded_convergence([{**a, NOISE: 10.0} for a in attrs], patience=2)
+
+    monkeypatch.setattr(searcher_module, "recorded_convergence", generous)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    data = h.study_dict("c", sampler={"name": "costaware", "candidates": 6},
+                        budget={"trials": 8, "until": "converged"})
+    run_study(create_study(StudySpec.from_dict(data), url, geometry=h.GEOMETRY),
+              evaluator=h.instant, progress=False)
+    first = study_status("c", url)["counted"]
+    assert 2 <= first < 8
+    run, _ = prepare_resume("c", url)
+    run_study(run, evaluator=h.instant, progress=False)
+    assert study_status("c", url)["counted"] == first  # converged before: stops at once
+    run, _ = prepare_resume("c", url, until="budget")
+    assert run.spec.budget.until is None
+    run_study(run, evaluator=h.instant, progress=False)
+    assert study_status("c", url)["counted"] == 8
+    assert prepare_resume("c", url)[0].spec.budget.until is None  # stored with the study
+
+    other = h.study_dict("n", budget={"trials": 2})
+    run_study(create_study(StudySpec.from_dict(other), url, geometry=h.GEOMETRY),
+              evaluator=h.instant, progress=False)
+    before = len(optuna.load_study(study_name="n", storage=url).trials)
+    with pytest.raises(ConfigError, match=r"`budget\.until: converged` needs the default"):
+        prepare_resume("n", url, trials=4, until="converged")
+    assert len(optuna.load_study(study_name="n", storage=url).trials) == before
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as bad:
+        nas_main(["resume", "n", "--storage", url, "--until", "later"])
+    assert bad.value.code == 2 and "invalid choice: 'later'" in capsys.readouterr().err
+
+
 def test_the_searcher_finds_a_convergence_stored_before_and_one_reached_later(
         tmp_path: Path) -> None:
     """A resumed study that converged before stops at once; otherwise each new trial's record
