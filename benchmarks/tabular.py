@@ -28,7 +28,9 @@ the hypervolume given up against the whole largest budget (``benchmarks/converge
 calibrates the rule).
 
 ``--quick``: 3 datasets, 5 seeds, budgets 50 and 200, ``gp`` on the first dataset, 2 seeds, 50
-trials. The default: 8 datasets, 20 seeds, ``gp`` on the first 2, 5 seeds, 50 trials.
+trials. The default: 8 datasets, 20 seeds, ``gp`` on the first 2, 5 seeds, 50 trials. On an idle
+two-core machine (2026-11-28) the default run took 652 s and ``--quick`` 99 s (a ``gp`` seed of
+50 trials 26-32 s); the table is in docs/benchmarks.md.
 """
 
 from __future__ import annotations
