@@ -19,6 +19,7 @@ _DESCRIPTION = (
 
 
 def _run(args: argparse.Namespace) -> int:
+    from nas_cli._signals import resume_command
     from studies.engine import prepare_resume, run_study
 
     # Checked before the database is opened for writing: unknown study, unvouched evaluator,
@@ -41,7 +42,7 @@ def _run(args: argparse.Namespace) -> int:
                   f"{run.storage.url}", file=sys.stderr)
 
     run_study(run, address=args.address, evaluator=evaluator, verbose=args.verbose,
-              on_start=announce)
+              on_start=announce, resume=resume_command(args, args.name, run.spec.evaluator))
     after_run(args.name, args.storage)
     return 0
 

@@ -65,6 +65,7 @@ def _space_label(space: Any) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from nas_cli._signals import resume_command
     from studies import create_study, load_study_spec, run_study
     from studies.checks import check_run
     from studies.evaluator import resolve_evaluator
@@ -78,7 +79,8 @@ def _run(args: argparse.Namespace) -> int:
     run = create_study(spec, args.storage, evaluator=evaluator)
     print(f"study {spec.name!r}: {spec.budget.trials} trials of space {_space_label(spec.space)} "
           f"on {spec.task!r}, storage {run.storage.url}", file=sys.stderr)
-    run_study(run, address=args.address, evaluator=evaluator, verbose=args.verbose)
+    run_study(run, address=args.address, evaluator=evaluator, verbose=args.verbose,
+              resume=resume_command(args, spec.name, spec.evaluator))
     after_run(spec.name, args.storage)
     return 0
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shlex
 import signal
 import sys
 import time
@@ -342,6 +343,7 @@ def run_study(
     geometry: TaskGeometry | None = None,
     verbose: bool = False,
     on_start: Callable[[int], None] | None = None,
+    resume: str | None = None,
 ) -> StudyRun:
     """Run ``run`` until its trial budget is spent or its timeout passes.
 
@@ -355,7 +357,9 @@ def run_study(
     task geometry used for costs (otherwise the one stored with the study, else the task is
     built). A finished study returns at once, without starting Ray. ``verbose`` shows Tune's own
     progress table; ``on_start`` is called with the number of counted trials once the study is
-    this process's.
+    this process's. ``resume`` is the command a lost Ray head's message names to continue the
+    study (the CLI's, with the ``--storage`` and ``--address`` it was given; by default
+    ``nas resume NAME``, with ``--evaluator`` where the study names one).
 
     Raises:
         Interrupted: SIGINT or SIGTERM (``studies.interrupts``): no trial is launched any
@@ -397,9 +401,12 @@ def run_study(
                                                  reason=f"{reason} while this trial ran")
             lease.release()
             bar.close()
+            again = resume or shlex.join(
+                ["nas", "resume", inert(spec.name)]
+                + (["--evaluator", inert(spec.evaluator)] if spec.evaluator else []))
             print(f"nas: error: Study {spec.name!r} stopped: {reason}; {closed} running "
-                  f"trials were closed as interrupted; continue with `nas resume "
-                  f"{spec.name}` once the cluster is back.", file=sys.stderr, flush=True)
+                  f"trials were closed as interrupted; continue with `{again}` once the "
+                  "cluster is back.", file=sys.stderr, flush=True)
             os._exit(RunAborted.exit_code)
 
         with HeadWatch(head_lost), deferring():  # a signal stops Tune between its steps

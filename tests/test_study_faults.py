@@ -373,3 +373,39 @@ def test_status_shows_the_running_trials_of_a_gone_owner_as_interrupted(
     assert statuses() == {"interrupted": 1}
     assert nas_main(["status", "gone", "--storage", url]) == 0
     assert "by status: interrupted 1" in capsys.readouterr().out
+
+
+def test_a_lost_ray_head_names_the_resume_command_with_the_flags_given(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """When the head stops answering, the one line names the resume that continues the study
+    as it was run: ``--storage`` as given and the study's ``--evaluator``."""
+    import studies.engine as engine
+    from nas.errors import RunAborted
+
+    class LostAtOnce:
+        def __init__(self, on_lost: Callable[[str], None]) -> None:
+            self.on_lost = on_lost
+
+        def __enter__(self) -> None:
+            self.on_lost("the Ray cluster's head at 127.0.0.1:1 stopped answering (for 10 s)")
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    def exit_now(code: int) -> None:
+        raise SystemExit(code)
+
+    monkeypatch.setattr(engine, "HeadWatch", LostAtOnce)
+    monkeypatch.setattr(engine.os, "_exit", exit_now)
+    url = f"sqlite:///{tmp_path / 'head lost.db'}"
+    study = h.write_study(tmp_path / "s.yaml", "gone", budget={"trials": 2},
+                          evaluator="study_helpers:instant")
+    with pytest.raises(SystemExit) as ended:
+        nas_main(["run", str(study), "--storage", url])
+    assert ended.value.code == RunAborted.exit_code
+    err = capsys.readouterr().err
+    assert ("stopped: the Ray cluster's head at 127.0.0.1:1 stopped answering (for 10 s); 0 "
+            "running trials were closed as interrupted; continue with `nas resume gone "
+            f"--storage '{url}' --evaluator study_helpers:instant` once the cluster is back."
+            ) in err
