@@ -113,6 +113,22 @@ def test_status_of_a_study_not_converged_and_of_another_sampler(
     assert "converged" not in capsys.readouterr().out
 
 
+def converge_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's rule against a hypervolume noise of 10, above any gain, with a window of
+    2: a study converges as soon as two trials were chosen."""
+    import studies.searcher as searcher_module
+
+    def generous(attrs: Any) -> Any:
+        return recorded_convergence([{**a, NOISE: 10.0} for a in attrs], patience=2)
+
+    monkeypatch.setattr(searcher_module, "recorded_convergence", generous)
+
+
+def _converging(name: str) -> dict[str, Any]:
+    return h.study_dict(name, sampler={"name": "costaware", "candidates": 6},
+                        budget={"trials": 8, "until": "converged"})
+
+
 @pytest.mark.usefixtures("ray_local")
 @pytest.mark.timeout(600)
 def test_a_study_until_converged_stops_there_and_ends_as_a_run_that_finished(
@@ -122,16 +138,9 @@ def test_a_study_until_converged_stops_there_and_ends_as_a_run_that_finished(
     hypervolume noise of 10, above any gain, with a window of 2: it converges as soon as two
     trials were chosen) and the run ends without an error; without ``until`` it spends its
     budget."""
-    import studies.searcher as searcher_module
-
-    def generous(attrs: Any) -> Any:
-        return recorded_convergence([{**a, NOISE: 10.0} for a in attrs], patience=2)
-
-    monkeypatch.setattr(searcher_module, "recorded_convergence", generous)
+    converge_at_once(monkeypatch)
     url = f"sqlite:///{tmp_path / 's.db'}"
-    data = h.study_dict("stop", sampler={"name": "costaware", "candidates": 6},
-                        budget={"trials": 8, "until": "converged"})
-    run = create_study(StudySpec.from_dict(data), url, geometry=h.GEOMETRY)
+    run = create_study(StudySpec.from_dict(_converging("stop")), url, geometry=h.GEOMETRY)
     run_study(run, evaluator=h.instant, progress=False)
     trials = run.study.get_trials(deepcopy=False)
     assert 2 <= len(trials) < 8
@@ -180,17 +189,11 @@ def test_resume_until_budget_runs_a_converged_study_on_and_until_converged_is_ch
     """A converged study stops again at once on a plain resume; ``--until budget`` (stored)
     runs it to its trials; ``--until converged`` is refused for another sampler, nothing
     written."""
-    import studies.searcher as searcher_module
     from studies.engine import prepare_resume
 
-    def generous(attrs: Any) -> Any:
-        return recorded_convergence([{**a, NOISE: 10.0} for a in attrs], patience=2)
-
-    monkeypatch.setattr(searcher_module, "recorded_convergence", generous)
+    converge_at_once(monkeypatch)
     url = f"sqlite:///{tmp_path / 's.db'}"
-    data = h.study_dict("c", sampler={"name": "costaware", "candidates": 6},
-                        budget={"trials": 8, "until": "converged"})
-    run_study(create_study(StudySpec.from_dict(data), url, geometry=h.GEOMETRY),
+    run_study(create_study(StudySpec.from_dict(_converging("c")), url, geometry=h.GEOMETRY),
               evaluator=h.instant, progress=False)
     first = study_status("c", url)["counted"]
     assert 2 <= first < 8
