@@ -100,10 +100,11 @@ def _worker(job: dict[str, Any], fraction: float, repeats: int, start: Any,
     import torch
 
     from nas.config import ArchConfig
-    from nas.memory import device_bytes, training_memory
+    from nas.memory import CUDA_CONTEXT_BYTES
     from studies.worker import evaluate_trial, task_data
     from trainers import TrainConfig
     from trainers.devices import Placement, gpu_budget
+    from trainers.loop import check_gpu_share
 
     torch.set_num_threads(job["threads"])
     start.wait()
@@ -121,11 +122,11 @@ def _worker(job: dict[str, Any], fraction: float, repeats: int, start: Any,
     config = ArchConfig.from_dict(job["arch"])
     cfg = TrainConfig.from_dict(job["settings"])
     data = task_data(job["task"], job["task_options"])
-    plan = device_bytes(training_memory(config, data.geometry, cfg.batch_size,
-                                        eval_batch_size=cfg.eval_batch_size), "cuda")
     total = torch.cuda.mem_get_info(0)[1]
+    # what the trial's memory check planned (check_gpu_share, as it ran: the card all free)
+    plan = check_gpu_share(config, cfg, data, fraction, (total, total))
     out.put({"seconds": seconds, "statuses": statuses, "plan": plan,
-             "share": gpu_budget(total, total, fraction),
+             "share": gpu_budget(total, total, fraction, CUDA_CONTEXT_BYTES),
              "peak_allocated": torch.cuda.max_memory_allocated(0),
              "peak_reserved": torch.cuda.max_memory_reserved(0),
              "wall": time.perf_counter() - t0})
@@ -220,7 +221,8 @@ def main() -> int:
             continue
         for n in packs:
             report(job["workload"], run_pack(job, n, args.repeats), args.repeats)
-    print("MiB: plan = check_gpu_share's figure per trial; share = 1/N of the card; alloc and "
+    print("MiB: plan = check_gpu_share's figure per trial; share = what it is compared with (1/N "
+          "of the card less the CUDA context); alloc and "
           "resvd = the highest of PyTorch's peaks over the N processes; card = NVML's in use "
           "above idle at its highest (all N, their CUDA contexts included)")
     return 0

@@ -19,30 +19,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shlex
 import signal
 import sys
 from collections.abc import Iterator
 
 from studies.interrupts import Interrupted, SignalStop, Stopped, handling
+from studies.interrupts import resume_command as continue_with
 
 __all__ = ["CommandStop", "interrupted_line", "resume_command", "shut_down_ray", "stopping"]
 
 
 def resume_command(args: argparse.Namespace, study: str, evaluator: str | None) -> str:
-    """The ``nas resume`` command that continues ``study`` as this command ran it: its
-    ``--storage`` and ``--address`` when given (``$NAS_STORAGE`` is read again), and
-    ``--evaluator`` when the study names one (a resume runs it only when named)."""
-    from studies.store import inert
-
-    words = ["nas", "resume", inert(study)]
-    if args.storage:
-        words += ["--storage", args.storage]
-    if evaluator:
-        words += ["--evaluator", inert(evaluator)]
-    if args.address:
-        words += ["--address", args.address]
-    return shlex.join(words)
+    """The ``nas resume`` command that continues ``study`` as this command ran it
+    (``studies.interrupts.resume_command`` with the ``--storage`` and ``--address`` given)."""
+    return continue_with(study, evaluator, storage=args.storage, address=args.address)
 
 
 def _counts(stopped: Stopped) -> str:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import shlex
 import signal
 import sys
 import time
@@ -65,6 +64,7 @@ from studies.interrupts import (
     SignalStop,
     Stopped,
     deferring,
+    resume_command,
     stopping_on_signals,
 )
 from studies.reference import study_reference, uniform_chance
@@ -401,9 +401,7 @@ def run_study(
                                                  reason=f"{reason} while this trial ran")
             lease.release()
             bar.close()
-            again = resume or shlex.join(
-                ["nas", "resume", inert(spec.name)]
-                + (["--evaluator", inert(spec.evaluator)] if spec.evaluator else []))
+            again = resume or resume_command(spec.name, spec.evaluator)
             print(f"nas: error: Study {spec.name!r} stopped: {reason}; {closed} running "
                   f"trials were closed as interrupted; continue with `{again}` once the "
                   "cluster is back.", file=sys.stderr, flush=True)

@@ -37,7 +37,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 __all__ = ["STOP_SIGNALS", "Interrupted", "SignalStop", "Stopped", "check_signal", "deferring",
-           "handling", "kept_over", "stopping_on_signals"]
+           "handling", "kept_over", "resume_command", "stopping_on_signals"]
 
 _Stop = TypeVar("_Stop", bound="SignalStop")
 
@@ -193,3 +193,24 @@ def stopping_on_signals(study: str, evaluator: str | None = None) -> Iterator[Si
             yield stop
     finally:
         stop.study, stop.evaluator = study_before, evaluator_before
+
+
+def resume_command(study: str, evaluator: str | None, *, storage: str | None = None,
+                   address: str | None = None) -> str:
+    """The ``nas resume`` command that continues ``study``: ``--storage`` and ``--address``
+    when given (a storage from ``$NAS_STORAGE`` is read again, never printed), and
+    ``--evaluator`` when the study names one (a resume runs it only when named). Names read
+    from the database are made inert and quoted for a shell."""
+    import shlex
+
+    from studies.store import inert
+
+    words = ["nas", "resume", inert(study)]
+    if storage:
+        words += ["--storage", storage]
+    if evaluator:
+        words += ["--evaluator", inert(evaluator)]
+    if address:
+        words += ["--address", address]
+    return shlex.join(words)
+
