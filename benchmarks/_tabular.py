@@ -31,6 +31,7 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
+from nas.errors import ConfigError
 from studies.costaware import Costing, bind
 from studies.pareto import hypervolume, nondominated_mask, scale_to_reference, to_minimization
 from studies.samplers import make_sampler
@@ -137,6 +138,27 @@ def _nsga2(seed: int) -> optuna.samplers.BaseSampler:
 def _default(seed: int) -> optuna.samplers.BaseSampler:
     """The sampler a study file without ``sampler`` gets, built as the engine builds it."""
     return make_sampler(DEFAULT_SAMPLER, seed)
+
+
+def variant(arm: str) -> Callable[[int], optuna.samplers.BaseSampler] | None:
+    """Arm ``default@OPTION=VALUE[+OPTION=VALUE...]``: the default sampler with those options
+    (``default@early_trials=0``: without the wider look of small studies), built as the engine
+    builds it; None where ``arm`` is not of that form. An unknown option or a bad value raises
+    ``nas.errors.ConfigError``, as in a study file."""
+    import yaml
+
+    base, sep, rest = arm.partition("@")
+    if base != "default" or not sep:
+        return None
+    options: dict[str, Any] = {}
+    for item in rest.split("+"):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ConfigError(f"arm {arm!r}: options are written OPTION=VALUE joined by '+'")
+        options[key] = yaml.safe_load(value)
+    spec = {**DEFAULT_SAMPLER, **options}
+    make_sampler(spec, 0)  # checked now, not in the middle of a run
+    return lambda seed: make_sampler(spec, seed)
 
 
 #: The arms run in this process, as each peer's expert would set it up for these budgets:

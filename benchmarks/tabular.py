@@ -2,7 +2,8 @@
 default sampler (``costaware``) against the samplers a careful user picks today.
 
     .venv/bin/python benchmarks/tabular.py [--quick] [--datasets cora,photo,...] [--seeds 20]
-        [--budgets 50,200] [--arms default,gp,tpe,nsga2,random,ax] [--slow-seeds 5]
+        [--budgets 50,200] [--arms default,gp,tpe,nsga2,random,ax,default@OPTION=VALUE]
+        [--slow-seeds 5]
         [--slow-budget 50] [--keep FILE] [--from FILE]
 
 Benchmarks: NAS-Bench-Graph's datasets (``benchmarks/_tabular.py``: 26,206 graph networks
@@ -14,7 +15,9 @@ these budgets (``_tabular.ARMS``): ``default`` (this engine's ``costaware``: it 
 up before choosing, as the engine computes them before training), Optuna's ``gp`` (told the
 table is noise-free), multivariate ``tpe`` with a constant liar, ``nsga2`` (population 20),
 ``random``, and ``ax`` (Ax's Client, qLogNEHVI, in the benchmark's own environment; skipped
-with the reason where it cannot run).
+with the reason where it cannot run). ``default@OPTION=VALUE[+OPTION=VALUE]`` is the default
+sampler with those options, in the same tables (``default@early_trials=0``: the default without
+its wider look while a study is small).
 
 The slow arms (``gp``: seconds per suggestion; ``ax``: tens of seconds, so only when named in
 ``--arms``) run only on the first ``--slow-datasets`` datasets, ``--slow-seeds`` seeds and up
@@ -51,8 +54,9 @@ import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _quality import Cell, table, targets
-from _tabular import ARMS, DATASETS, DIRECTIONS, Table, curve, extract, load, run_arm
+from _tabular import ARMS, DATASETS, DIRECTIONS, Table, curve, extract, load, run_arm, variant
 
+from nas.errors import ConfigError
 from studies.convergence import (
     DEFAULT_PATIENCE,
     NOISE_FRACTION,
@@ -151,7 +155,8 @@ def main() -> None:
     parser.add_argument("--budgets", default="50,200")
     parser.add_argument("--arms", default=",".join(DEFAULT_ARMS),
                         help="comma-separated: " + ",".join(ALL_ARMS) + " (ax: minutes per "
-                        "trial on two busy cores, so not by default)")
+                        "trial on two busy cores, so not by default), or default@OPTION=VALUE"
+                        "[+OPTION=VALUE]: the default sampler with those options")
     parser.add_argument("--slow-seeds", type=int, default=None,
                         help="seeds of the slow arms gp and ax (default 5)")
     parser.add_argument("--slow-budget", type=int, default=50,
@@ -166,7 +171,13 @@ def main() -> None:
                 (["cora", "photo", "arxiv"] if args.quick else list(DATASETS)))
     arms = [a for a in args.arms.split(",") if a]
     budgets = sorted(int(b) for b in args.budgets.split(","))
-    bad = [d for d in datasets if d not in DATASETS] + [a for a in arms if a not in ALL_ARMS]
+    factories = dict(ARMS)
+    try:
+        factories.update({a: f for a in arms if (f := variant(a)) is not None})
+    except ConfigError as exc:
+        parser.error(str(exc))
+    bad = [d for d in datasets if d not in DATASETS] + [
+        a for a in arms if a not in ALL_ARMS and a not in factories]
     if bad or "default" not in arms:
         parser.error(f"unknown dataset or arm {bad} (the arms must include default)")
     seeds = args.seeds or (5 if args.quick else 20)
@@ -208,7 +219,7 @@ def main() -> None:
                         told, gains = run_default(t, seed, max(arm_budgets))
                         runs.setdefault(name, {})[seed] = (told, gains)
                     else:
-                        told = run_arm(t, ARMS[arm](seed), max(arm_budgets), WORKERS)
+                        told = run_arm(t, factories[arm](seed), max(arm_budgets), WORKERS)
                     curves.setdefault(name, {}).setdefault(arm, {})[seed] = curve(
                         t, told, arm_budgets)
                     print(f"  {name} {arm} seed {seed}: "

@@ -7,8 +7,11 @@ on the meta device before training (``nas.cost``), so its sampler need only lear
 1. candidate architectures are drawn and costed (those that break a constraint are dropped, as
    the engine would reject them): ``candidates`` at random from the study's space, and
    ``mutations`` neighbours of the current front's trials (one or two parameters drawn again);
-   they join the candidates costed for earlier trials and not trained since (the ``pool``
-   most recent): costs do not change, so each suggestion costs only its new draws;
+   while fewer than ``early_trials`` trials have finished, ``early_candidates`` and
+   ``early_mutations`` instead (where more): a small study's few trials are worth a wider look,
+   and a large one's pool already holds many (``benchmarks/tabular.py`` at 10-50 trials). They
+   join the candidates costed for earlier trials and not trained since (the ``pool`` most
+   recent): costs do not change, so each suggestion costs only its new draws;
 2. a Gaussian process over the trials so far predicts each candidate's accuracy at the full
    epochs (a stopped trial is an observation at the epoch it reached: the fidelity is an input
    of the model, so stopped trials teach it without passing as finished). Past ``max_points``
@@ -259,14 +262,19 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
     expected hypervolume improvement (closed form) trained."""
 
     def __init__(self, *, seed: int | None = None, candidates: int = 8, mutations: int = 8,
+                 early_trials: int = 50, early_candidates: int = 24, early_mutations: int = 16,
                  pool: int | None = None, n_startup_trials: int = 2, startup: str = "cost",
                  max_points: int = 256) -> None:
-        pool = max(DEFAULT_POOL, candidates + mutations) if pool is None else pool
-        if (candidates < 1 or mutations < 0 or n_startup_trials < 0 or max_points < 2
-                or pool < candidates + mutations):
-            raise ValueError("candidates must be at least 1, mutations and n_startup_trials "
-                             "at least 0, max_points at least 2, pool at least candidates + "
-                             "mutations")
+        early = (max(early_candidates, candidates), max(early_mutations, mutations))
+        most = sum(early) if early_trials > 0 else candidates + mutations
+        pool = max(DEFAULT_POOL, most) if pool is None else pool
+        if (candidates < 1 or mutations < 0 or early_trials < 0 or early_candidates < 0
+                or early_mutations < 0 or n_startup_trials < 0 or max_points < 2
+                or pool < most):
+            raise ValueError("candidates must be at least 1, mutations, early_trials, "
+                             "early_candidates, early_mutations and n_startup_trials at least "
+                             "0, max_points at least 2, pool at least the most candidates + "
+                             "mutations drawn for one trial")
         if startup not in STARTUPS:
             raise ValueError(f"startup must be one of {', '.join(STARTUPS)}, not {startup!r}")
         self.startup = startup
@@ -274,6 +282,7 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
         self._random = optuna.samplers.RandomSampler(seed=seed)
         self.candidates, self.mutations, self.n_startup_trials, self.max_points = (
             candidates, mutations, n_startup_trials, max_points)
+        self.early_trials, self.early = early_trials, early
         self.pool = pool
         self._threads: ThreadpoolController | None = None
         self.costing: Costing | None = None
@@ -337,6 +346,11 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
             study._storage.set_trial_system_attr(trial._trial_id, SECONDS_KEY,
                                                  time.perf_counter() - began)
 
+    def draws(self, finished: int) -> tuple[int, int]:
+        """The random candidates and the neighbours of the front drawn for a trial when
+        ``finished`` trials have finished (stopped ones included)."""
+        return self.early if finished < self.early_trials else (self.candidates, self.mutations)
+
     # ------------------------------------------------------------------ steps
     def _key(self, costing: Costing, trial: FrozenTrial) -> str | None:
         if trial._trial_id not in self._keys and trial.params:
@@ -349,8 +363,9 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
         draws, then neighbours of the front's trials), and the distributions they were drawn
         from."""
         parents = [memory.params[i] for i in memory.front]
-        fixed: list[dict[str, Any]] = [{} for _ in range(self.candidates)]
-        for _ in range(self.mutations if parents else 0):
+        candidates, mutations = self.draws(len(memory.ids))
+        fixed: list[dict[str, Any]] = [{} for _ in range(candidates)]
+        for _ in range(mutations if parents else 0):
             params = dict(parents[int(self._rng.integers(len(parents)))])
             names = sorted(params)
             redraw = 1 + int(self._rng.random() < 0.5)
@@ -424,6 +439,7 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
         gains = expected_gains(tiling, np.delete(cost_rows, m, axis=1),
                                1.0 - (mu - reference[m]) / span, sd / abs(span))
         best_i = int(np.argmax(gains))
-        params, cost, _ = drawn[best_i]
+        params, cost, key = drawn[best_i]
+        memory.pool.pop(key, None)  # it trains now: a trial asked before it draws is not it
         return ((params, cost, float(mu[best_i])), float(gains[best_i]),
                 memory.noise(costing, reference))

@@ -15,7 +15,7 @@ _path = list(sys.path)
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 try:
     from _quality import p_better, ranks, targets, wins
-    from _tabular import Table, curve, run_arm
+    from _tabular import Table, curve, run_arm, variant
 finally:
     sys.path[:] = _path
 
@@ -60,3 +60,21 @@ def test_a_table_scores_a_search_against_its_own_front() -> None:
     fractions = curve(t, told, [1, 12])
     assert 0.0 <= fractions[0] <= fractions[1] <= 1.0 + 1e-12
     assert curve(t, [list(v) for v in t.values], [4]) == [pytest.approx(1.0)]
+
+
+def test_a_variant_arm_is_the_default_sampler_with_its_options_checked_up_front() -> None:
+    from nas.errors import ConfigError
+    from studies.costaware import CostAwareSampler
+
+    assert variant("default") is None and variant("tpe@x=1") is None
+    make = variant("default@early_trials=0+candidates=12")
+    assert make is not None
+    inner = make(3).inner  # type: ignore[attr-defined]  # wrapped as the engine wraps it
+    assert isinstance(inner, CostAwareSampler)
+    assert (inner.early_trials, inner.candidates, inner.draws(0)) == (0, 12, (12, 8))
+    told = run_arm(_table(), make(0), 6, 2)  # it runs as an arm
+    assert len(told) == 6
+    with pytest.raises(ConfigError, match="'early_trial'"):
+        variant("default@early_trial=0")
+    with pytest.raises(ConfigError, match="OPTION=VALUE"):
+        variant("default@early_trials")

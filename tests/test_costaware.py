@@ -221,12 +221,47 @@ def test_past_max_points_the_model_fits_a_subset_and_refits_on_a_schedule() -> N
     assert sampler._hyper_at > first_fit
 
 
+def test_a_small_study_draws_more_candidates_a_trial_than_a_large_one() -> None:
+    """Below ``early_trials`` finished trials, each suggestion draws ``early_candidates`` at
+    random and ``early_mutations`` neighbours; from there on ``candidates`` and ``mutations``."""
+    drawn: list[float] = []
+
+    def counting(trial: optuna.Trial) -> tuple[str, list[float]] | None:
+        got = _cost_of(trial)
+        drawn.append(trial.params["x"])
+        return got
+
+    sampler = CostAwareSampler(seed=0, early_trials=4)  # 24 + 16 early, then 8 + 8
+    study = optuna.create_study(directions=DIRECTIONS, sampler=sampler)
+    sampler.costing = Costing(counting, _key_of, 0, DIRECTIONS, [0.0, 1000.0], full_epochs=4)
+    dist = {"x": optuna.distributions.FloatDistribution(0, 1)}
+
+    def add(x: float) -> None:
+        study.add_trial(optuna.trial.create_trial(params={"x": x}, distributions=dist,
+                                                  values=[0.3 + 0.5 * x, 1000.0 * x]))
+
+    for x in (0.1, 0.4, 0.7):
+        add(x)
+    study.ask()
+    assert len(drawn) == 24 + 16  # 3 finished: the early draws (the front has parents)
+    add(0.2)
+    drawn.clear()
+    study.ask()
+    assert len(drawn) == 8 + 8  # 4 finished
+    assert sampler.draws(3) == (24, 16) and sampler.draws(4) == (8, 8)
+    # the early draws are never fewer than the steady ones; early_trials 0 turns them off
+    assert CostAwareSampler(candidates=30).draws(0) == (30, 16)
+    assert CostAwareSampler(early_trials=0).draws(0) == (8, 8)
+    with pytest.raises(ValueError, match="early_trials"):
+        CostAwareSampler(early_trials=-1)
+
+
 def test_mutations_are_neighbours_of_the_front() -> None:
     def grid(t: optuna.Trial) -> tuple[str, list[float]] | None:
         a, b, c = (t.suggest_int(n, 0, 50) for n in "abc")
         return f"{a},{b},{c}", [float(a + b + c)]
 
-    sampler = CostAwareSampler(seed=0, candidates=1, mutations=16)
+    sampler = CostAwareSampler(seed=0, candidates=1, mutations=16, early_trials=0)
     study = optuna.create_study(directions=DIRECTIONS, sampler=sampler)
     sampler.costing = Costing(grid, lambda p: ",".join(str(p.get(n)) for n in "abc"), 0,
                               DIRECTIONS, [0.0, 150.0], full_epochs=1)

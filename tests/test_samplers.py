@@ -165,7 +165,8 @@ def test_the_pool_grows_with_the_candidates_unless_given() -> None:
     """An earlier release drew ``candidates`` (up to any number) alone; the pool that keeps
     them between suggestions holds at least one suggestion's draws."""
     assert CostAwareSampler().pool == DEFAULT_POOL
-    assert CostAwareSampler(candidates=100).pool == 100 + CostAwareSampler().mutations
+    assert CostAwareSampler(candidates=100).pool == 100 + CostAwareSampler().early[1]
+    assert CostAwareSampler(candidates=100, early_trials=0).pool == 100 + 8
     with pytest.raises(ValueError, match="pool at least"):
         CostAwareSampler(candidates=100, pool=64)
 
