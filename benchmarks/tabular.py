@@ -2,7 +2,7 @@
 default sampler (``costaware``) against the samplers a careful user picks today.
 
     .venv/bin/python benchmarks/tabular.py [--quick] [--datasets cora,photo,...] [--seeds 20]
-        [--budgets 50,200] [--arms default,gp,tpe,nsga2,random,ax,default@OPTION=VALUE]
+        [--budgets 10,20,50,200] [--arms default,gp,tpe,nsga2,random,ax,default@OPTION=VALUE]
         [--slow-seeds 5]
         [--slow-budget 50] [--keep FILE] [--from FILE]
 
@@ -30,10 +30,11 @@ when the default's convergence rule (``studies.convergence``) would have stopped
 the hypervolume given up against the whole largest budget (``benchmarks/convergence.py``
 calibrates the rule).
 
-``--quick``: 3 datasets, 5 seeds, budgets 50 and 200, ``gp`` on the first dataset, 2 seeds, 50
-trials. The default: 8 datasets, 20 seeds, ``gp`` on the first 2, 5 seeds, 50 trials. On an idle
-two-core machine (2026-11-28) the default run took 652 s and ``--quick`` 99 s (a ``gp`` seed of
-50 trials 26-32 s); the table is in docs/benchmarks.md.
+``--quick``: 3 datasets, 5 seeds, ``gp`` on the first dataset, 2 seeds, up to 50 trials. The
+default: 8 datasets, 20 seeds, budgets 10, 20, 50 and 200 (a small study and a team's), ``gp``
+on the first 2, 5 seeds, up to 50 trials. On a two-core machine (2026-11-28) the default run
+with ``default@early_trials=0`` beside it took 686 s (a ``gp`` seed of 50 trials 22-38 s);
+budgets 50 and 200 alone took 652 s and ``--quick`` 99 s. The table is in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ def main() -> None:
                         help="3 datasets, 5 seeds, slow arms 2 seeds")
     parser.add_argument("--datasets", default=None, help="comma-separated: " + ",".join(DATASETS))
     parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 (default 20)")
-    parser.add_argument("--budgets", default="50,200")
+    parser.add_argument("--budgets", default="10,20,50,200")
     parser.add_argument("--arms", default=",".join(DEFAULT_ARMS),
                         help="comma-separated: " + ",".join(ALL_ARMS) + " (ax: minutes per "
                         "trial on two busy cores, so not by default), or default@OPTION=VALUE"
@@ -250,7 +251,10 @@ def report(curves: dict[str, dict[str, dict[int, list[float]]]], budgets: list[i
     for arm, reason in skipped.items():
         print(f"{arm} skipped: {reason}")
     print()
-    print("\n".join(targets(cells, "default")))
+    # the targets are against the peers: a default@ arm is the default itself, otherwise set
+    peers = {name: {a: v for a, v in cell.items() if not a.startswith("default@")}
+             for name, cell in cells.items()}
+    print("\n".join(targets(peers, "default")))
 
 
 if __name__ == "__main__":
