@@ -10,6 +10,7 @@ mkdocs-material (the test extra).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import html
 import os
@@ -273,8 +274,10 @@ def test_every_page_of_the_nav_renders_from_loopback_alone(browser: Any, served:
     _shot(browser, "docs-cli.png")
 
 
-def _search(browser: Any, served: str, term: str) -> list[str]:
-    """The pages the site's own search lists for ``term``."""
+def _search(browser: Any, served: str, term: str, page: str) -> list[str]:
+    """The pages the site's own search lists for ``term``, once one of them is ``page`` (or
+    what it lists at the timeout, for the assertion to show). The list is read again while it
+    re-renders (a search runs per keystroke: a result read as it is replaced goes stale)."""
     from selenium.webdriver.common.by import By
 
     browser.get(f"{served}/index.html")
@@ -282,21 +285,27 @@ def _search(browser: Any, served: str, term: str) -> list[str]:
                 "the search box")
     box.click()
     box.send_keys(term)
-    items = _wait(lambda: browser.find_elements(By.CSS_SELECTOR,
-                                                "li.md-search-result__item a[href]"),
-                  f"search results for {term!r}")
-    return [a.get_attribute("href") for a in items]
+    seen: list[str] = []
+
+    def listed() -> bool:
+        items = browser.find_elements(By.CSS_SELECTOR, "li.md-search-result__item a[href]")
+        seen[:] = [a.get_attribute("href") for a in items]  # raises if it went stale
+        return any(page in url for url in seen)
+
+    with contextlib.suppress(AssertionError):
+        _wait(listed, f"search results for {term!r} listing {page}")
+    return seen
 
 
 @pytest.mark.slow
 def test_search_finds_guide_and_generated_reference_terms(browser: Any, served: str) -> None:
-    found = _search(browser, served, "hypervolume")
+    found = _search(browser, served, "hypervolume", "/guide/search.html")
     assert any("/guide/search.html" in url for url in found), found
     _shot(browser, "docs-search.png")
     # Words only the generated sections hold: an NSGA-III option, a paper the knob table cites.
-    found = _search(browser, served, "dividing_parameter")
+    found = _search(browser, served, "dividing_parameter", "/reference/study-file.html")
     assert any("/reference/study-file.html" in url for url in found), found
-    found = _search(browser, served, "Dehghani")
+    found = _search(browser, served, "Dehghani", "/reference/architecture.html")
     assert any("/reference/architecture.html" in url for url in found), found
 
 
