@@ -440,6 +440,8 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
                                1.0 - (mu - reference[m]) / span, sd / abs(span))
         best_i = int(np.argmax(gains))
         params, cost, key = drawn[best_i]
-        memory.pool.pop(key, None)  # it trains now: a trial asked before it draws is not it
+        # It trains now: a trial asked before this one has its parameters must not get it too.
+        memory.pool.pop(key, None)
+        memory.encoded.pop(key, None)
         return ((params, cost, float(mu[best_i])), float(gains[best_i]),
                 memory.noise(costing, reference))
