@@ -140,6 +140,10 @@ def _default(seed: int) -> optuna.samplers.BaseSampler:
     return make_sampler(DEFAULT_SAMPLER, seed)
 
 
+#: How an arm that is the default sampler with other options begins (:func:`variant`).
+VARIANT = "default@"
+
+
 def variant(arm: str) -> Callable[[int], optuna.samplers.BaseSampler] | None:
     """Arm ``default@OPTION=VALUE[+OPTION=VALUE...]``: the default sampler with those options
     (``default@early_trials=0``: without the wider look of small studies), built as the engine
@@ -147,9 +151,9 @@ def variant(arm: str) -> Callable[[int], optuna.samplers.BaseSampler] | None:
     ``nas.errors.ConfigError``, as in a study file."""
     import yaml
 
-    base, sep, rest = arm.partition("@")
-    if base != "default" or not sep:
+    if not arm.startswith(VARIANT):
         return None
+    rest = arm.removeprefix(VARIANT)
     options: dict[str, Any] = {}
     for item in rest.split("+"):
         key, eq, value = item.partition("=")

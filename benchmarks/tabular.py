@@ -55,7 +55,18 @@ import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _quality import Cell, table, targets
-from _tabular import ARMS, DATASETS, DIRECTIONS, Table, curve, extract, load, run_arm, variant
+from _tabular import (
+    ARMS,
+    DATASETS,
+    DIRECTIONS,
+    VARIANT,
+    Table,
+    curve,
+    extract,
+    load,
+    run_arm,
+    variant,
+)
 
 from nas.errors import ConfigError
 from studies.convergence import (
@@ -252,7 +263,7 @@ def report(curves: dict[str, dict[str, dict[int, list[float]]]], budgets: list[i
         print(f"{arm} skipped: {reason}")
     print()
     # the targets are against the peers: a default@ arm is the default itself, otherwise set
-    peers = {name: {a: v for a, v in cell.items() if not a.startswith("default@")}
+    peers = {name: {a: v for a, v in cell.items() if not a.startswith(VARIANT)}
              for name, cell in cells.items()}
     print("\n".join(targets(peers, "default")))
 

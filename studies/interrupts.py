@@ -213,4 +213,3 @@ def resume_command(study: str, evaluator: str | None, *, storage: str | None = N
     if address:
         words += ["--address", address]
     return shlex.join(words)
-
