@@ -318,6 +318,81 @@ def test_strings_round_trip(tmp_path: Path, cache: Path) -> None:
     assert np.asarray(arrays["s.offsets"])[-1] == len(arrays["s.blob"])
 
 
+def _odd_image_folder(root: Path) -> None:
+    """A split whose class folders hold what ImageFolder's listing must get right: sub-folders,
+    a folder named like an image, links to a folder and to a file, a dangling link, upper- and
+    mixed-case extensions, a name that is not UTF-8, and files that are not images."""
+    for i in range(7):
+        cls = root / f"c{i}"
+        (cls / "deep" / "deeper").mkdir(parents=True)
+        for name in ("b.png", "a.JPG", "c.Jpeg", "z.txt", "deep/x.webp", "deep/deeper/y.bmp"):
+            (cls / name).write_bytes(b"")
+        (cls / "dir.png").mkdir()
+        (cls / "dir.png" / "inside.ppm").write_bytes(b"")
+    (root / "c0" / os.fsdecode(b"caf\xe9.png")).write_bytes(b"")
+    (root / "c1" / "linked.png").symlink_to(root / "c0" / "b.png")
+    (root / "c2" / "folder-link").symlink_to(root / "c3" / "deep", target_is_directory=True)
+    (root / "c4" / "dangling.png").symlink_to(root / "nowhere.png")
+    (root / "c5" / "UPPER.TIFF").write_bytes(b"")
+
+
+def _count_helpers(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Helper processes each given one class folder at least; the list of those started."""
+    import trainers.tasks._files as files
+
+    monkeypatch.setattr(files, "_CLASSES_PER_PROCESS", 1)
+    starts = []
+    popen = subprocess.Popen
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        starts.append(args)
+        return popen(*args, **kwargs)
+
+    monkeypatch.setattr(files.subprocess, "Popen", counted)
+    return starts
+
+
+@pytest.mark.parametrize("processes", [1, 3])
+def test_the_image_listing_is_torchvisions(tmp_path: Path, processes: int,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listing equals torchvision's own ``make_dataset``, listed here alone or by helper
+    processes (each given at least one class folder here)."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
+
+    import trainers.tasks._files as files
+
+    split = tmp_path / "train"
+    _odd_image_folder(split)
+    classes, index = find_classes(str(split))
+    expected = make_dataset(str(split), index, IMG_EXTENSIONS)
+    starts = _count_helpers(monkeypatch)
+    (listed,) = files.list_classes([(split, classes)], IMG_EXTENSIONS, processes=processes)
+    names = [os.fsdecode(n) for n in listed.text.decode("utf-8", "surrogatepass").split("\0")]
+    got = [(str(split / name), i) for name, i in zip(
+        names[:-1], np.repeat(np.arange(len(classes)), listed.counts).tolist(), strict=True)]
+    assert got == expected and len(starts) == processes - 1
+    assert any("dangling" in p for p, _ in got) and not any(p.endswith("dir.png") for p, _ in got)
+
+
+@pytest.mark.parametrize("helper", ["cannot start", "fails"])
+def test_a_failed_listing_helper_is_listed_again_here(folder_root: Path, cache: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     helper: str) -> None:
+    import trainers.tasks._files as files
+
+    alone = get_task("image-folder", root=str(folder_root), image_size=8)
+    expected = (alone.train.names.tolist(), alone.val.names.tolist())  # type: ignore[attr-defined]
+    starts = _count_helpers(monkeypatch)
+    monkeypatch.setattr(files, "_processes", lambda: 3)
+    monkeypatch.setattr(files.sys, "executable",
+                        str(folder_root / "no-python") if helper == "cannot start" else "false")
+    monkeypatch.setenv(CACHE_ENV, str(cache / "again"))
+    prepared = prepare_task("image-folder", root=str(folder_root), image_size=8)
+    assert prepared.built and len(starts) == 2
+    assert (prepared.strings("train.images").tolist(),
+            prepared.strings("val.images").tolist()) == expected
+
+
 def test_the_fast_and_the_checked_vqa_readers_agree(vqa_root: Path) -> None:
     from trainers.tasks import _vqa_read
 

@@ -36,7 +36,6 @@ import os
 import re
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,18 +43,17 @@ from typing import Any, overload
 
 import numpy as np
 
+from trainers.tasks._files import settled_stat, source_stat
+
 __all__ = ["CACHE_ENV", "STORE_VERSION", "Built", "Prepared", "StringArray", "cache_root",
-           "check_prepared", "encode_strings", "open_or_build", "settled_stat", "source_stat"]
+           "check_prepared", "encode_strings", "encode_terminated", "open_or_build",
+           "settled_stat", "source_stat"]
 
 CACHE_ENV = "NAS_DATA_CACHE"
 #: The layout of a prepared folder (the manifest's keys, how arrays are written). A task's own
 #: ``version`` (what its arrays mean) is checked beside it.
 STORE_VERSION = 1
 _MANIFEST = "manifest.json"
-#: A build records a source's time only once it is this old: file times come from a clock that
-#: ticks every few milliseconds, so a change in the tick of the recorded time would look the
-#: same (git's "racily clean" entries).
-_SETTLE_NS = 50_000_000
 _LOG = logging.getLogger(__name__)
 _ARRAY_NAME = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
 
@@ -67,29 +65,6 @@ def cache_root() -> Path:
         return Path(os.environ[CACHE_ENV]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
     return Path(base).expanduser() / "nas" / "data"
-
-
-def source_stat(path: Path) -> list[Any]:
-    """What says a source is unchanged: ``[path, size, mtime_ns, inode]`` (a folder's size and
-    time change when an entry is added, removed or renamed); ``[path, None, None, None]`` when
-    it is missing."""
-    try:
-        st = path.stat()
-    except OSError:
-        return [str(path), None, None, None]
-    return [str(path), st.st_size, st.st_mtime_ns, st.st_ino]
-
-
-def settled_stat(path: Path) -> list[Any]:
-    """``source_stat(path)``, taken once the path is 50 ms unmodified (a build takes its
-    sources' stats so, before reading them): any later change gets a later time."""
-    while True:
-        now = time.time_ns()
-        row = source_stat(path)
-        age = now - row[2] if row[2] is not None else _SETTLE_NS
-        if not 0 <= age < _SETTLE_NS:  # old enough (or dated in the future: nothing to wait)
-            return row
-        time.sleep((_SETTLE_NS - age) / 1e9)
 
 
 class StringArray(Sequence[str]):
@@ -137,6 +112,16 @@ def encode_strings(name: str, strings: Iterable[str]) -> dict[str, np.ndarray]:
         np.cumsum([len(b) for b in encoded], out=offsets[1:])
         blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
     return {f"{name}.blob": blob, f"{name}.offsets": offsets}
+
+
+def encode_terminated(name: str, text: bytes) -> dict[str, np.ndarray]:
+    """:func:`encode_strings`'s arrays of strings given as their UTF-8 bytes (``surrogatepass``),
+    each ended by a NUL byte, which no string holds (a file name cannot)."""
+    data = np.frombuffer(text, dtype=np.uint8)
+    ends = np.flatnonzero(data == 0)
+    offsets = np.zeros(len(ends) + 1, dtype=np.int64)
+    offsets[1:] = ends - np.arange(len(ends))  # each string's end, less the NULs before it
+    return {f"{name}.blob": np.delete(data, ends), f"{name}.offsets": offsets}
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,10 @@ ImageFolder reads them (RGB), converted to grayscale with ``in_chans=1``, resize
 always answering the most frequent training class.
 
 Listed once per node (:mod:`trainers.tasks.cache`): an ImageNet-size folder holds 1.28 million
-files, which each process would list again. The file names and classes are written as
-memory-mapped arrays, checked against every folder of the listing (a file added, removed or
-renamed changes its folder).
+files, which each process would list again. The class folders are listed by several processes at
+once (:func:`trainers.tasks._files.list_classes`, one per CPU). The file names and classes are
+written as memory-mapped arrays, checked against every folder of the listing (a file added,
+removed or renamed changes its folder).
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ from torchvision.datasets.folder import IMG_EXTENSIONS, default_loader
 
 from nas.errors import ConfigError, NasError
 from nas.tasks import TaskGeometry
+from trainers.tasks._files import list_classes, settled_stat
 from trainers.tasks.cache import (
     Built,
     Prepared,
     StringArray,
     encode_strings,
+    encode_terminated,
     open_or_build,
-    settled_stat,
 )
 from trainers.tasks.data import Item, TaskData, TaskDataset, majority_chance
 
@@ -51,69 +53,41 @@ _IMAGENET_MEAN, _IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 _SPLITS = ("train", "val")
 
 
-def _walk(folder: Path, sources: list[list[Any]]) -> list[tuple[str, list[str]]]:
-    """``os.walk(folder, followlinks=True)``'s folders and their file names, each folder's
-    ``settled_stat`` taken before it is listed."""
-    found = []
-    pending = [str(folder)]
-    while pending:
-        top = pending.pop()
-        sources.append(settled_stat(Path(top)))
-        files: list[str] = []
-        subfolders: list[str] = []
-        try:
-            with os.scandir(top) as entries:
-                for entry in entries:
-                    (subfolders if entry.is_dir() else files).append(entry.name)
-        except OSError:  # os.walk skips a folder it cannot list
-            continue
-        found.append((top, files))
-        pending += [os.path.join(top, name) for name in subfolders]
-    return found
-
-
-def _listing(split: Path, sources: list[list[Any]]) -> tuple[list[str], list[str], list[int]]:
-    """ImageFolder's classes, images (relative to ``split``) and their class indices."""
+def _classes(split: Path, sources: list[list[Any]]) -> list[str]:
+    """ImageFolder's classes of ``split``: its sub-folders, sorted."""
     if not split.is_dir():
         raise NasError(f"Image folder '{split}' does not exist.")
     sources.append(settled_stat(split))
     with os.scandir(split) as entries:
-        classes = sorted(e.name for e in entries if e.is_dir())
-    names: list[str] = []
-    targets: list[int] = []
-    for index, cls in enumerate(classes):
-        found: list[str] = []
-        for top, files in sorted(_walk(split / cls, sources)):
-            prefix = os.path.relpath(top, split) + os.sep
-            found += [prefix + f for f in sorted(files) if f.lower().endswith(IMG_EXTENSIONS)]
-        if not found:  # ImageFolder refuses a class without images, as it does no class
-            classes = []
-            break
-        names += found
-        targets += [index] * len(found)
-    if not classes:
-        raise NasError(f"Image folder '{split}' holds no class folder with .png/.jpg images; "
-                       "expected <split>/<class>/<image>.")
-    return classes, names, targets
+        return sorted(e.name for e in entries if e.is_dir())
 
 
 def _parse(base: Path, train: str, val: str) -> Built:
     sources: list[list[Any]] = []
-    (classes, train_names, train_y), (val_classes, val_names, val_y) = (
-        _listing(base / split, sources) for split in (train, val))
+    splits = [(base / folder, _classes(base / folder, sources)) for folder in (train, val)]
+    listed = list_classes(splits, IMG_EXTENSIONS)
+    for (split, classes), images in zip(splits, listed, strict=True):
+        sources += images.sources
+        # ImageFolder refuses a class without images, as it does no class
+        if not classes or not all(images.counts):
+            raise NasError(f"Image folder '{split}' holds no class folder with .png/.jpg "
+                           "images; expected <split>/<class>/<image>.")
+    (train_split, classes), (val_split, val_classes) = splits
     if classes != val_classes:
         raise NasError(
-            f"Image folder '{base / val}' has classes {val_classes}, but '{base / train}' "
+            f"Image folder '{val_split}' has classes {val_classes}, but '{train_split}' "
             f"has {classes}; both splits need the same class folders."
         )
-    train_targets, val_targets = (np.asarray(y, dtype=np.int32) for y in (train_y, val_y))
+    train_targets, val_targets = (
+        np.repeat(np.arange(len(classes), dtype=np.int32), images.counts) for images in listed)
     chance = majority_chance(torch.from_numpy(train_targets.astype(np.int64)),
                              torch.from_numpy(val_targets.astype(np.int64)))
-    arrays = {**encode_strings("classes", classes), **encode_strings("train.images", train_names),
-              **encode_strings("val.images", val_names), "train.targets": train_targets,
-              "val.targets": val_targets}
-    return Built(arrays, {"classes": len(classes), "chance": chance, "train": len(train_names),
-                          "val": len(val_names)}, sources)
+    arrays = {**encode_strings("classes", classes),
+              **encode_terminated("train.images", listed[0].text),
+              **encode_terminated("val.images", listed[1].text),
+              "train.targets": train_targets, "val.targets": val_targets}
+    return Built(arrays, {"classes": len(classes), "chance": chance,
+                          "train": len(train_targets), "val": len(val_targets)}, sources)
 
 
 def prepare(options: Mapping[str, Any]) -> Prepared:

@@ -1,0 +1,226 @@
+"""A source's stat and ImageFolder's listing, in the standard library alone.
+
+Kept free of the package's imports (numpy, torch) so that it also runs as a script: an
+ImageNet-size split (1.28 million files in 1,000 class folders) is listed by several processes
+at once, each a ``python -I -S`` of this file listing a contiguous run of class folders
+(:func:`list_classes`), reading the folders' paths as JSON lines on stdin and writing
+:func:`_encode`'s record to stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SETTLE_NS", "Listed", "list_classes", "settled_stat", "source_stat"]
+
+#: A build records a source's time only once it is this old: file times come from a clock that
+#: ticks every few milliseconds, so a change in the tick of the recorded time would look the
+#: same (git's "racily clean" entries).
+SETTLE_NS = 50_000_000
+#: Class folders a process lists at least: below that, starting one costs more than it saves.
+_CLASSES_PER_PROCESS = 64
+_HEADER = struct.Struct("<Q")
+
+
+def source_stat(path: Path) -> list[Any]:
+    """What says a source is unchanged: ``[path, size, mtime_ns, inode]`` (a folder's size and
+    time change when an entry is added, removed or renamed); ``[path, None, None, None]`` when
+    it is missing."""
+    try:
+        st = path.stat()
+    except OSError:
+        return [str(path), None, None, None]
+    return [str(path), st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def settled_stat(path: Path) -> list[Any]:
+    """``source_stat(path)``, taken once the path is 50 ms unmodified (a build takes its
+    sources' stats so, before reading them): any later change gets a later time."""
+    while True:
+        now = time.time_ns()
+        row = source_stat(path)
+        age = now - row[2] if row[2] is not None else SETTLE_NS
+        if not 0 <= age < SETTLE_NS:  # old enough (or dated in the future: nothing to wait)
+            return row
+        time.sleep((SETTLE_NS - age) / 1e9)
+
+
+def _walk(folder: str, sources: list[list[Any]]) -> list[tuple[str, list[str]]]:
+    """``os.walk(folder, followlinks=True)``'s folders and their file names, each folder's
+    ``settled_stat`` taken before it is listed."""
+    found = []
+    pending = [folder]
+    while pending:
+        top = pending.pop()
+        sources.append(settled_stat(Path(top)))
+        try:
+            with os.scandir(top) as listing:
+                entries = list(listing)
+        except OSError:  # os.walk skips a folder it cannot list
+            continue
+        files = [entry.name for entry in entries if not entry.is_dir()]
+        found.append((top, files))
+        if len(files) < len(entries):
+            pending += [entry.path for entry in entries if entry.is_dir()]
+    return found
+
+
+class Listed:
+    """The images of a run of class folders: ``text`` holds each image's path relative to the
+    split, each ended by a NUL (never part of a file name), in ImageFolder's order; ``counts``
+    the images of each class folder; ``sources`` every walked folder's ``settled_stat``."""
+
+    def __init__(self, text: bytes, counts: list[int], sources: list[list[Any]]) -> None:
+        self.text, self.counts, self.sources = text, counts, sources
+
+
+_Group = tuple[str, list[str]]  # a split's folder and a run of its class folders
+
+
+def _list_group(split: str, classes: Sequence[str], extensions: tuple[str, ...]) -> Listed:
+    # ``str.endswith`` with the extensions in both cases spares lower-casing 1.28 M names; a
+    # name in mixed case ("x.Jpg") is then lower-cased, as ImageFolder does.
+    both = extensions + tuple(e.upper() for e in extensions)
+    sources: list[list[Any]] = []
+    chunks: list[str] = []
+    counts: list[int] = []
+    for cls in classes:
+        count = 0
+        for top, files in sorted(_walk(os.path.join(split, cls), sources)):
+            images = [f for f in files if f.endswith(both) or f.lower().endswith(extensions)]
+            if images:
+                images.sort()
+                prefix = os.path.relpath(top, split) + os.sep
+                chunks.append(prefix + ("\0" + prefix).join(images) + "\0")
+                count += len(images)
+        counts.append(count)
+    return Listed("".join(chunks).encode("utf-8", "surrogatepass"), counts, sources)
+
+
+def _list_run(groups: Sequence[_Group], extensions: tuple[str, ...]) -> list[Listed]:
+    return [_list_group(split, classes, extensions) for split, classes in groups]
+
+
+def _encode(parts: Sequence[Listed]) -> bytes:
+    meta = json.dumps([{"counts": p.counts, "sources": p.sources, "size": len(p.text)}
+                       for p in parts]).encode("ascii")
+    return b"".join([_HEADER.pack(len(meta)), meta, *(p.text for p in parts)])
+
+
+def _decode(data: bytes) -> list[Listed]:
+    (size,) = _HEADER.unpack_from(data)
+    start = _HEADER.size + size
+    parts = []
+    for meta in json.loads(data[_HEADER.size:start]):
+        parts.append(Listed(data[start:start + meta["size"]], meta["counts"], meta["sources"]))
+        start += meta["size"]
+    return parts
+
+
+def _processes() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _size(folder: str) -> int:
+    try:
+        return max(1, os.stat(folder).st_size)
+    except OSError:
+        return 1
+
+
+def _runs(splits: Sequence[tuple[Path, Sequence[str]]], n: int
+          ) -> list[list[tuple[int, _Group]]]:
+    """The (split, class) folders cut into ``n`` contiguous runs, each a list of (the split's
+    index, the split's folder and a run of its classes). The runs hold about equal sums of the
+    folders' sizes (a folder's size grows with its entries on the common file systems: a
+    validation split's class folder holds a twentieth of a training one's)."""
+    units = [(i, str(split), cls) for i, (split, classes) in enumerate(splits)
+             for cls in classes]
+    weights = [_size(os.path.join(split, cls)) for _, split, cls in units] if n > 1 else []
+    total, seen, k = sum(weights), 0, 0
+    runs: list[list[tuple[int, _Group]]] = [[] for _ in range(n)]
+    for unit, (i, split, cls) in enumerate(units):
+        if n > 1:
+            k = min(n - 1, seen * n // total)
+            seen += weights[unit]
+        groups = runs[k]
+        if groups and groups[-1][0] == i:
+            groups[-1][1][1].append(cls)
+        else:
+            groups.append((i, (split, [cls])))
+    return runs
+
+
+def _start(groups: list[_Group], extensions: tuple[str, ...]) -> subprocess.Popen[bytes] | None:
+    try:
+        child = subprocess.Popen([sys.executable, "-I", "-S", __file__], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+    job = json.dumps({"groups": groups, "extensions": extensions})
+    try:  # JSON escapes a name's lone surrogates (bytes undecodable as UTF-8)
+        assert child.stdin is not None
+        child.stdin.write(job.encode("ascii"))
+        child.stdin.close()
+    except OSError:
+        pass  # it ended already: its exit status says so
+    return child
+
+
+def _finish(child: subprocess.Popen[bytes] | None, groups: list[_Group],
+            extensions: tuple[str, ...]) -> list[Listed]:
+    """A child's listing, or the same listed here when it failed."""
+    if child is not None:
+        assert child.stdout is not None
+        out = child.stdout.read()  # to its end, then its exit status: stderr is not piped
+        if child.wait() == 0:
+            return _decode(out)
+    return _list_run(groups, extensions)
+
+
+def list_classes(splits: Sequence[tuple[Path, Sequence[str]]], extensions: Sequence[str], *,
+                 processes: int | None = None) -> list[Listed]:
+    """ImageFolder's images of each split's ``classes`` (sub-folders of the split): every file
+    below each (sub-folders walked, symbolic links followed) whose lower-cased name ends with
+    one of ``extensions``, folders and names in sorted order. One :class:`Listed` per split.
+
+    Listed by up to ``processes`` processes at once (default: the CPUs this process may use),
+    each given at least 64 class folders: this one lists the first run while ``python -I -S``
+    processes of this file list the others. A process that fails is listed again here."""
+    exts = tuple(e.lower() for e in extensions)
+    total = sum(len(classes) for _, classes in splits)
+    wanted = processes if processes is not None else _processes()
+    runs = _runs(splits, max(1, min(wanted, total // _CLASSES_PER_PROCESS)))
+    jobs = [[group for _, group in run] for run in runs]
+    children = [_start(groups, exts) for groups in jobs[1:]]
+    parts = _list_run(jobs[0], exts)
+    for groups, child in zip(jobs[1:], children, strict=True):
+        parts += _finish(child, groups, exts)
+    owners = [i for run in runs for i, _ in run]
+    listed = []
+    for i in range(len(splits)):
+        mine = [p for owner, p in zip(owners, parts, strict=True) if owner == i]
+        listed.append(Listed(b"".join(p.text for p in mine), [c for p in mine for c in p.counts],
+                             [s for p in mine for s in p.sources]))
+    return listed
+
+
+def _main() -> None:
+    job = json.loads(sys.stdin.buffer.read().decode("ascii"))
+    groups = [(split, classes) for split, classes in job["groups"]]
+    sys.stdout.buffer.write(_encode(_list_run(groups, tuple(job["extensions"]))))
+
+
+if __name__ == "__main__":
+    _main()
