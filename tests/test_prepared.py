@@ -367,9 +367,11 @@ def test_the_image_listing_is_torchvisions(tmp_path: Path, processes: int,
     expected = make_dataset(str(split), index, IMG_EXTENSIONS)
     starts = _count_helpers(monkeypatch)
     (listed,) = files.list_classes([(split, classes)], IMG_EXTENSIONS, processes=processes)
-    names = [os.fsdecode(n) for n in listed.text.decode("utf-8", "surrogatepass").split("\0")]
+    ends = np.cumsum(np.frombuffer(listed.lengths, dtype=np.int64)).tolist()
+    names = [listed.text[a:b].decode("utf-8", "surrogatepass")
+             for a, b in zip([0, *ends[:-1]], ends, strict=True)]
     got = [(str(split / name), i) for name, i in zip(
-        names[:-1], np.repeat(np.arange(len(classes)), listed.counts).tolist(), strict=True)]
+        names, np.repeat(np.arange(len(classes)), listed.counts).tolist(), strict=True)]
     assert got == expected and len(starts) == processes - 1
     assert any("dangling" in p for p, _ in got) and not any(p.endswith("dir.png") for p, _ in got)
 

@@ -46,8 +46,8 @@ import numpy as np
 from trainers.tasks._files import settled_stat, source_stat
 
 __all__ = ["CACHE_ENV", "STORE_VERSION", "Built", "Prepared", "StringArray", "cache_root",
-           "check_prepared", "encode_strings", "encode_terminated", "open_or_build",
-           "settled_stat", "source_stat"]
+           "check_prepared", "encode_strings", "open_or_build", "settled_stat", "source_stat",
+           "string_arrays"]
 
 CACHE_ENV = "NAS_DATA_CACHE"
 #: The layout of a prepared folder (the manifest's keys, how arrays are written). A task's own
@@ -114,14 +114,14 @@ def encode_strings(name: str, strings: Iterable[str]) -> dict[str, np.ndarray]:
     return {f"{name}.blob": blob, f"{name}.offsets": offsets}
 
 
-def encode_terminated(name: str, text: bytes) -> dict[str, np.ndarray]:
-    """:func:`encode_strings`'s arrays of strings given as their UTF-8 bytes (``surrogatepass``),
-    each ended by a NUL byte, which no string holds (a file name cannot)."""
-    data = np.frombuffer(text, dtype=np.uint8)
-    ends = np.flatnonzero(data == 0)
-    offsets = np.zeros(len(ends) + 1, dtype=np.int64)
-    offsets[1:] = ends - np.arange(len(ends))  # each string's end, less the NULs before it
-    return {f"{name}.blob": np.delete(data, ends), f"{name}.offsets": offsets}
+def string_arrays(name: str, text: bytes | memoryview, lengths: bytes | memoryview
+                  ) -> dict[str, np.ndarray]:
+    """:func:`encode_strings`'s arrays of strings given as their UTF-8 bytes (``surrogatepass``)
+    one after the other, and each one's length in bytes (``lengths``: an int64 array's)."""
+    sizes = np.frombuffer(lengths, dtype=np.int64)
+    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    return {f"{name}.blob": np.frombuffer(text, dtype=np.uint8), f"{name}.offsets": offsets}
 
 
 @dataclass(frozen=True)

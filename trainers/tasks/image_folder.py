@@ -40,8 +40,8 @@ from trainers.tasks.cache import (
     Prepared,
     StringArray,
     encode_strings,
-    encode_terminated,
     open_or_build,
+    string_arrays,
 )
 from trainers.tasks.data import Item, TaskData, TaskDataset, majority_chance
 
@@ -83,8 +83,8 @@ def _parse(base: Path, train: str, val: str) -> Built:
     chance = majority_chance(torch.from_numpy(train_targets.astype(np.int64)),
                              torch.from_numpy(val_targets.astype(np.int64)))
     arrays = {**encode_strings("classes", classes),
-              **encode_terminated("train.images", listed[0].text),
-              **encode_terminated("val.images", listed[1].text),
+              **string_arrays("train.images", listed[0].text, listed[0].lengths),
+              **string_arrays("val.images", listed[1].text, listed[1].lengths),
               "train.targets": train_targets, "val.targets": val_targets}
     return Built(arrays, {"classes": len(classes), "chance": chance,
                           "train": len(train_targets), "val": len(val_targets)}, sources)
