@@ -20,9 +20,13 @@ on the meta device before training (``nas.cost``), so its sampler need only lear
 3. the candidate with the largest expected improvement of the normalised hypervolume (the
    study's fixed reference point, ``studies.pareto``) over the front of the trials trained to
    the full epochs and of the trials still running at their predicted accuracy is the trial's
-   architecture. With the costs exact and the accuracy Gaussian, the expectation has a closed
-   form (``studies._ehvi``): no sampling. The expected gain of the chosen candidate is recorded
-   on the trial (system attribute :data:`GAIN_KEY`): what ``studies.convergence`` reads.
+   architecture. The model, too, counts a running trial as observed at its prediction (the
+   kriging believer; in the start-up, the prior conditioned on them): near one it is as sure
+   as if that trial had finished, so trials asked at once spread over architectures instead
+   of training the cheapest at many learning rates. With the costs exact and the accuracy
+   Gaussian, the expectation has a closed form (``studies._ehvi``): no sampling. The expected
+   gain of the chosen candidate is recorded on the trial (system attribute :data:`GAIN_KEY`):
+   what ``studies.convergence`` reads.
 
 Its first ``n_startup_trials`` (2) trials, before the model has anything to learn from, are
 chosen by cost alone (``startup: cost``): every candidate gets the same prior on the metric
@@ -83,6 +87,10 @@ DEFAULT_POOL = 64
 
 #: How the start-up trials are chosen: by cost under one prior on the metric, or at random.
 STARTUPS = ("cost", "random")
+#: The start-up's model of how alike two candidates score, for the trials still running (no
+#: trial has finished to fit one): a length scale in units of sqrt(dimensions) / 2, and the
+#: noise variance of a running trial's believed score (the grid's of ``studies._gp``).
+_SCALE, _PENDING_NOISE = 0.5, 1e-2
 
 
 @dataclass(frozen=True)
@@ -148,6 +156,8 @@ def _encode(params: dict[str, Any], dists: dict[str, BaseDistribution],
 
 #: A candidate: its parameters, cost objectives and what it trains.
 Candidate = tuple[dict[str, Any], list[float], str]
+#: A trial's chosen candidate while it runs: its parameters, cost objectives, predicted metric.
+_Chosen = tuple[dict[str, Any], list[float], float]
 
 
 class _Memory:
@@ -287,7 +297,7 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
         self._threads: ThreadpoolController | None = None
         self.costing: Costing | None = None
         #: By trial id: the parameters chosen for it, its cost objectives and predicted metric.
-        self._chosen: dict[int, tuple[dict[str, Any], list[float], float]] = {}
+        self._chosen: dict[int, _Chosen] = {}
         self._keys: dict[int, str | None] = {}  # by trial id: what its parameters train
         self._memory: dict[int, _Memory] = {}  # by study id
         self._hyper: tuple[float, float] | None = None  # the GP's, and the trials it saw
@@ -385,8 +395,12 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
         return out, dists
 
     def _predict(self, memory: _Memory, drawn: list[Candidate],
-                 dists: dict[str, BaseDistribution]) -> tuple[np.ndarray, np.ndarray]:
-        """The GP's predicted metric at the full epochs for each candidate (mean, sd)."""
+                 dists: dict[str, BaseDistribution], pending: list[_Chosen]
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """The GP's predicted metric at the full epochs for each candidate (mean, sd), the
+        trials still running (``pending``: their parameters and predicted metric) counted as
+        observed at that prediction (the kriging believer: near a running trial the model is
+        as sure as if it had finished as predicted, so trials asked at once spread out)."""
         names = tuple(sorted(dists))
         ids = memory.ids
         if len(ids) > self.max_points:  # the front, and a random share of the rest
@@ -402,7 +416,25 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
         gp = GaussianProcess(x, y, hyper=None if refit else self._hyper)
         if refit:
             self._hyper, self._hyper_at = gp.hyper, len(memory.ids)
+        if pending:  # fitted again with them, under what the trials alone chose
+            xp = np.array([[*_encode(params, dists, names), 1.0] for params, _, _ in pending])
+            gp = GaussianProcess(np.vstack([x, xp]),
+                                 np.concatenate([y, [metric for _, _, metric in pending]]),
+                                 hyper=gp.hyper)
         return gp.predict(xc)
+
+    @staticmethod
+    def _running_spread(drawn: list[Candidate], dists: dict[str, BaseDistribution],
+                        pending: list[_Chosen], memory: _Memory) -> np.ndarray:
+        """In the start-up, the share of the prior's spread left to each candidate by the
+        trials still running, counted as observed at the prior's mean: 1 far from them, near
+        0 at one (the same architecture with a close learning rate)."""
+        names = tuple(sorted(dists))
+        xp = np.array([[*_encode(params, dists, names), 1.0] for params, _, _ in pending])
+        xc = np.array([memory.candidate_row(c, dists, names) for c in drawn])
+        length = _SCALE * math.sqrt(max(1, xp.shape[1])) / 2
+        gp = GaussianProcess(xp, np.zeros(len(xp)), hyper=(length, _PENDING_NOISE))
+        return gp.predict(xc)[1] / gp.std
 
     def _choose(self, costing: Costing, memory: _Memory, drawn: list[Candidate],
                 dists: dict[str, BaseDistribution]
@@ -412,18 +444,21 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
         (None where the costing does not tell the validation samples)."""
         m, directions = costing.metric, list(costing.directions)
         dists = {**memory.dists, **dists}
+        running = list(self._chosen.values())
         if len(memory.ids) < max(1, self.n_startup_trials):  # start-up: one prior for all
             ref = fill_reference(costing.reference, [], directions)[m]
             best = ideal_point(directions)[m]
             mu = np.full(len(drawn), (ref + best) / 2)
             sd = np.full(len(drawn), abs(best - ref) / 4)
+            if running:
+                sd = sd * self._running_spread(drawn, dists, running, memory)
         else:
-            mu, sd = self._predict(memory, drawn, dists)
+            mu, sd = self._predict(memory, drawn, dists, running)
 
         def vector(metric: float, cost: list[float]) -> list[float]:
             return [*cost[:m], metric, *cost[m:]]
 
-        pending = [vector(predicted, c) for _, c, predicted in self._chosen.values()]
+        pending = [vector(predicted, c) for _, c, predicted in running]
         base = list(memory.values.values()) + pending
         largest = [memory.largest.tolist()] if memory.largest is not None else []
         reference = fill_reference(costing.reference, [*largest, *base,

@@ -90,6 +90,35 @@ def test_trials_running_at_once_get_different_architectures() -> None:
     assert first._trial_id not in sampler._chosen and second._trial_id in sampler._chosen
 
 
+def _arch_and_lr(trial: optuna.Trial) -> tuple[str, list[float]] | None:
+    """A space whose cost is the architecture's (``a``), with a learning rate that costs
+    nothing: the same architecture at many learning rates ties on cost."""
+    a = trial.suggest_int("a", 1, 6)
+    return f"{a}|{trial.suggest_float('lr', 1e-4, 1e-2, log=True)!r}", [1000.0 * a]
+
+
+@pytest.mark.parametrize("finished", [0, 4])
+def test_trials_asked_at_once_spread_over_architectures(finished: int) -> None:
+    """Eight trials asked before any is told: each running one counts as observed at its
+    predicted score (in the start-up and with the model alike), so they do not all train the
+    cheapest architecture at eight learning rates (as they did: ``benchmarks/cluster.py``'s
+    first eight trials)."""
+    sampler = CostAwareSampler(seed=0)
+    study = optuna.create_study(directions=DIRECTIONS, sampler=sampler)
+    sampler.costing = Costing(_arch_and_lr, lambda p: f"{p['a']}|{p['lr']!r}" if p else None,
+                              0, DIRECTIONS, [0.0, 7000.0], full_epochs=4)
+    for i in range(finished):
+        t = study.ask()
+        a = t.suggest_int("a", 1, 6)
+        t.suggest_float("lr", 1e-4, 1e-2, log=True)
+        study.tell(t, [0.5 + 0.05 * i, 1000.0 * a])
+    asked = [study.ask() for _ in range(8)]
+    archs = [t.suggest_int("a", 1, 6) for t in asked]
+    for t in asked:
+        t.suggest_float("lr", 1e-4, 1e-2, log=True)
+    assert len(sampler._chosen) == 8 and len(set(archs)) >= 3, archs
+
+
 def test_unbound_or_in_its_start_up_it_draws_as_the_random_sampler() -> None:
     unbound = optuna.create_study(directions=DIRECTIONS, sampler=CostAwareSampler(seed=3))
     plain = optuna.create_study(directions=DIRECTIONS,
