@@ -90,8 +90,13 @@ def extract(dataset: str, bench_python: Path, folder: Path) -> Path:
     out = folder / f"{dataset}.json"
     if not out.exists():
         here = Path(__file__).resolve().parent
-        proc = subprocess.run([str(bench_python), str(here / "_tabular_extract.py"), dataset,
-                               str(out)], capture_output=True, text=True, check=False)
+        try:
+            proc = subprocess.run([str(bench_python), str(here / "_tabular_extract.py"),
+                                   dataset, str(out)], capture_output=True, text=True,
+                                  check=False)
+        except OSError as exc:
+            raise RuntimeError(f"cannot run {bench_python} ({exc.strerror}): make bench-env "
+                               "makes it, or pass --bench-python") from None
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise RuntimeError(f"cannot read NAS-Bench-Graph's {dataset} with {bench_python} "

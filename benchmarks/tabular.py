@@ -208,7 +208,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for name in datasets:
-            path = extract(name, args.bench_python, folder)
+            try:
+                path = extract(name, args.bench_python, folder)
+            except RuntimeError as exc:
+                raise SystemExit(f"tabular.py: {exc}") from None
             t = tables[name] = load(path)
             rows = np.asarray(json.loads(path.read_text())["rows"], dtype=float)
             noise[name] = measurement_noise(t, rows[:, :2])
