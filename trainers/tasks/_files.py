@@ -3,8 +3,8 @@
 Kept free of the package's imports (numpy, torch) so that it also runs as a script: an
 ImageNet-size split (1.28 million files in 1,000 class folders) is listed by several processes
 at once, each a ``python -I -S`` of this file listing a contiguous run of class folders
-(:func:`list_classes`), reading the folders' paths as JSON lines on stdin and writing
-:func:`_encode`'s record to stdout.
+(:func:`list_classes`), reading its job (split folders, their runs of class folders, the
+extensions) as JSON on stdin and writing :func:`_encode`'s record to stdout.
 """
 
 from __future__ import annotations
