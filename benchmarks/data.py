@@ -14,7 +14,7 @@ Each process imports the task's code (torch, torchvision) before its clock start
 trial process has: the figures are the data's.
 
 Times are wall and CPU seconds of the process (with those of the processes it started: the
-image listing runs one a CPU): on a shared machine the CPU time is the
+image listing runs one process a CPU): on a shared machine the CPU time is the
 figure to compare (it does not count time spent waiting for a core).
 
 - today: ``get_task`` as revision ``--baseline`` builds it (the code before prepared data,
