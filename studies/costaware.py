@@ -160,6 +160,12 @@ Candidate = tuple[dict[str, Any], list[float], str]
 _Chosen = tuple[dict[str, Any], list[float], float]
 
 
+def _running_rows(running: list[_Chosen], dists: dict[str, BaseDistribution],
+                  names: tuple[str, ...]) -> np.ndarray:
+    """The model inputs of the trials still running, at the full epochs."""
+    return np.array([[*_encode(params, dists, names), 1.0] for params, _, _ in running])
+
+
 class _Memory:
     """What the sampler has read of a study's finished trials, kept between suggestions so a
     suggestion reads each trial once: each observation's parameters, input row and fidelity,
@@ -412,16 +418,16 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
         x = np.array([memory.row(i, dists, names) for i in ids])
         y = np.array([memory.metric[i] for i in ids])
         xc = np.array([memory.candidate_row(c, dists, names) for c in drawn])
-        refit = self._hyper is None or len(memory.ids) >= 1.25 * self._hyper_at
-        gp = GaussianProcess(x, y, hyper=None if refit else self._hyper)
-        if refit:
-            self._hyper, self._hyper_at = gp.hyper, len(memory.ids)
-        if pending:  # fitted again with them, under what the trials alone chose
-            xp = np.array([[*_encode(params, dists, names), 1.0] for params, _, _ in pending])
-            gp = GaussianProcess(np.vstack([x, xp]),
-                                 np.concatenate([y, [metric for _, _, metric in pending]]),
-                                 hyper=gp.hyper)
-        return gp.predict(xc)
+        if self._hyper is None or len(memory.ids) >= 1.25 * self._hyper_at:
+            # length scale and noise searched on the finished trials alone
+            searched = GaussianProcess(x, y)
+            self._hyper, self._hyper_at = searched.hyper, len(memory.ids)
+            if not pending:
+                return searched.predict(xc)
+        if pending:
+            x = np.vstack([x, _running_rows(pending, dists, names)])
+            y = np.concatenate([y, [metric for _, _, metric in pending]])
+        return GaussianProcess(x, y, hyper=self._hyper).predict(xc)
 
     @staticmethod
     def _running_spread(drawn: list[Candidate], dists: dict[str, BaseDistribution],
@@ -430,7 +436,7 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
         trials still running, counted as observed at the prior's mean: 1 far from them, near
         0 at one (the same architecture with a close learning rate)."""
         names = tuple(sorted(dists))
-        xp = np.array([[*_encode(params, dists, names), 1.0] for params, _, _ in pending])
+        xp = _running_rows(pending, dists, names)
         xc = np.array([memory.candidate_row(c, dists, names) for c in drawn])
         length = _SCALE * math.sqrt(max(1, xp.shape[1])) / 2
         gp = GaussianProcess(xp, np.zeros(len(xp)), hyper=(length, _PENDING_NOISE))

@@ -376,7 +376,7 @@ def test_the_image_listing_is_torchvisions(tmp_path: Path, processes: int,
     assert any("dangling" in p for p, _ in got) and not any(p.endswith("dir.png") for p, _ in got)
 
 
-@pytest.mark.parametrize("helper", ["cannot start", "fails"])
+@pytest.mark.parametrize("helper", ["cannot start", "fails", "answers nothing"])
 def test_a_failed_listing_helper_is_listed_again_here(folder_root: Path, cache: Path,
                                                      monkeypatch: pytest.MonkeyPatch,
                                                      helper: str) -> None:
@@ -386,8 +386,9 @@ def test_a_failed_listing_helper_is_listed_again_here(folder_root: Path, cache: 
     expected = (alone.train.names.tolist(), alone.val.names.tolist())  # type: ignore[attr-defined]
     starts = _count_helpers(monkeypatch)
     monkeypatch.setattr(files, "_processes", lambda: 3)
-    monkeypatch.setattr(files.sys, "executable",
-                        str(folder_root / "no-python") if helper == "cannot start" else "false")
+    executable = {"cannot start": str(folder_root / "no-python"), "fails": "false",
+                  "answers nothing": "true"}[helper]  # "true" exits 0 with no output
+    monkeypatch.setattr(files.sys, "executable", executable)
     monkeypatch.setenv(CACHE_ENV, str(cache / "again"))
     prepared = prepare_task("image-folder", root=str(folder_root), image_size=8)
     assert prepared.built and len(starts) == 2

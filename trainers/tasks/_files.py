@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,7 @@ def _walk(folder: str, sources: list[list[Any]]) -> list[tuple[str, list[str]]]:
     return found
 
 
+@dataclass(frozen=True)
 class Listed:
     """The images of a run of class folders, in ImageFolder's order: ``text`` holds their paths
     relative to the split, one after the other, in UTF-8 (``surrogatepass``: a name's bytes
@@ -83,9 +85,10 @@ class Listed:
     array); ``counts`` the images of each class folder; ``sources`` every walked folder's
     ``settled_stat``."""
 
-    def __init__(self, text: bytes | memoryview, lengths: bytes | memoryview, counts: list[int],
-                 sources: list[list[Any]]) -> None:
-        self.text, self.lengths, self.counts, self.sources = text, lengths, counts, sources
+    text: bytes | memoryview
+    lengths: bytes | memoryview
+    counts: list[int]
+    sources: list[list[Any]]
 
 
 _Group = tuple[str, list[str]]  # a split's folder and a run of its class folders
@@ -173,9 +176,10 @@ def _size(folder: str) -> int:
 def _runs(splits: Sequence[tuple[Path, Sequence[str]]], n: int
           ) -> list[list[tuple[int, _Group]]]:
     """The (split, class) folders cut into ``n`` contiguous runs, each a list of (the split's
-    index, the split's folder and a run of its classes). The runs hold about equal sums of the
-    folders' sizes (a folder's size grows with its entries on the common file systems: a
-    validation split's class folder holds a twentieth of a training one's)."""
+    index, the split's folder and a run of its classes). The helpers' runs hold about equal
+    sums of the folders' sizes (a folder's size grows with its entries on the common file
+    systems: a validation split's class folder holds a twentieth of a training one's); the
+    first, this process's, a tenth more."""
     units = [(i, str(split), cls) for i, (split, classes) in enumerate(splits)
              for cls in classes]
     weights = [_size(os.path.join(split, cls)) for _, split, cls in units] if n > 1 else []
@@ -212,12 +216,18 @@ def _start(groups: list[_Group], extensions: tuple[str, ...]) -> subprocess.Pope
 
 def _finish(child: subprocess.Popen[bytes] | None, groups: list[_Group],
             extensions: tuple[str, ...]) -> list[Listed]:
-    """A child's listing, or the same listed here when it failed."""
+    """A child's listing, or the same listed here when it failed or answered what does not
+    decode as one record per group."""
     if child is not None:
         assert child.stdout is not None
         out = child.stdout.read()  # to its end, then its exit status: stderr is not piped
         if child.wait() == 0:
-            return _decode(out)
+            try:
+                parts = _decode(out)
+            except (ValueError, KeyError, TypeError, struct.error):
+                parts = []
+            if len(parts) == len(groups):
+                return parts
     return _list_run(groups, extensions)
 
 
