@@ -8,7 +8,10 @@ their real size; 1.0, the default, needs about 1 GB of disk and some minutes): V
 questions and annotations with one region feature file per image, COCO's Karpathy split file
 with its feature files, and an ImageNet-size ``image-folder`` listing (``_data_files``). For
 each task, every figure comes from a fresh Python process (imports done before the clock
-starts), one after the other, in one run:
+starts), one after the other, in one run, each started after ``os.sync()``: the generated files
+and an earlier measurement's cache are on disk, as a real dataset long is, so their writeback
+lands on none of the measured processes (it slowed both sides, and throttled a preparation's
+write of its arrays by 0.1-0.3 s at random).
 
 Each process imports the task's code (torch, torchvision) before its clock starts, as a
 trial process has: the figures are the data's.
@@ -149,6 +152,10 @@ def child(job: dict[str, Any]) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- the parent
 def _run(job: dict[str, Any], tree: Path, cache: Path) -> subprocess.Popen[str]:
+    # What was written before (the generated files, an earlier measurement's cache) is flushed
+    # to disk first, as a real dataset's files long are: its writeback does not slow, or
+    # throttle the writes of, whichever process is measured next.
+    os.sync()
     env = {**os.environ, "PYTHONPATH": str(tree), "NAS_DATA_CACHE": str(cache),
            "OMP_NUM_THREADS": "1"}
     return subprocess.Popen([sys.executable, __file__, "--child", json.dumps(job)], env=env,

@@ -318,6 +318,36 @@ def test_strings_round_trip(tmp_path: Path, cache: Path) -> None:
     assert np.asarray(arrays["s.offsets"])[-1] == len(arrays["s.blob"])
 
 
+def test_chunked_strings_are_written_as_the_joined_array(tmp_path: Path, cache: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """A blob given in chunks (an image listing's, one a process) is written byte for byte as
+    ``np.save`` writes the joined array, with the offsets across its chunks; and kept joined in
+    memory where the cache cannot be written."""
+    from trainers.tasks.cache import Built, encode_strings, open_or_build, string_arrays
+
+    strings = ["a/b.png", "", "c/ümlaut.JPEG", os.fsdecode(b"d/caf\xe9.png"), "e", "f/g"]
+    encoded = [s.encode("utf-8", "surrogatepass") for s in strings]
+    cuts = [(0, 2), (2, 2), (2, 6)]  # an empty chunk too
+    text = [b"".join(encoded[a:b]) for a, b in cuts]
+    lengths = [np.array([len(e) for e in encoded[a:b]], dtype=np.int64).tobytes()
+               for a, b in cuts]
+    chunked = string_arrays("s", [memoryview(t) for t in text], lengths)
+    joined = encode_strings("s", strings)
+    assert np.array_equal(chunked["s.offsets"], joined["s.offsets"])  # type: ignore[arg-type]
+    built = Built(chunked, {"train": 0, "val": 0})
+    prepared = open_or_build("chunks", {"k": 1}, [], lambda: built, version=1)
+    assert prepared.path is not None and prepared.strings("s").tolist() == strings
+    np.save(tmp_path / "joined.npy", joined["s.blob"], allow_pickle=False)
+    assert ((prepared.path / "s.blob.npy").read_bytes()
+            == (tmp_path / "joined.npy").read_bytes())
+    unwritable = tmp_path / "file"
+    unwritable.write_text("")
+    monkeypatch.setenv(CACHE_ENV, str(unwritable / "cache"))  # under a file: cannot be made
+    in_memory = open_or_build("chunks", {"k": 2}, [], lambda: built, version=1)
+    assert in_memory.path is None and in_memory.strings("s").tolist() == strings
+
+
 def _odd_image_folder(root: Path) -> None:
     """A split whose class folders hold what ImageFolder's listing must get right: sub-folders,
     a folder named like an image, links to a folder and to a file, a dangling link, upper- and
@@ -367,8 +397,10 @@ def test_the_image_listing_is_torchvisions(tmp_path: Path, processes: int,
     expected = make_dataset(str(split), index, IMG_EXTENSIONS)
     starts = _count_helpers(monkeypatch)
     (listed,) = files.list_classes([(split, classes)], IMG_EXTENSIONS, processes=processes)
-    ends = np.cumsum(np.frombuffer(listed.lengths, dtype=np.int64)).tolist()
-    names = [listed.text[a:b].decode("utf-8", "surrogatepass")
+    assert len(listed.text) == len(listed.lengths) == processes  # a chunk a process
+    text = b"".join(listed.text)
+    ends = np.cumsum(np.frombuffer(b"".join(listed.lengths), dtype=np.int64)).tolist()
+    names = [text[a:b].decode("utf-8", "surrogatepass")
              for a, b in zip([0, *ends[:-1]], ends, strict=True)]
     got = [(str(split / name), i) for name, i in zip(
         names, np.repeat(np.arange(len(classes)), listed.counts).tolist(), strict=True)]

@@ -4,7 +4,8 @@ Kept free of the package's imports (numpy, torch) so that it also runs as a scri
 ImageNet-size split (1.28 million files in 1,000 class folders) is listed by several processes
 at once, each a ``python -I -S`` of this file listing a contiguous run of class folders
 (:func:`list_classes`), reading its job (split folders, their runs of class folders, the
-extensions) as JSON on stdin and writing :func:`_encode`'s record to stdout.
+extensions) as JSON on stdin and writing :func:`_encode`'s record to stdout (an unlinked
+temporary file).
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from __future__ import annotations
 import array
 import itertools
 import json
+import mmap
 import operator
 import os
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -79,14 +82,14 @@ def _walk(folder: str, sources: list[list[Any]]) -> list[tuple[str, list[str]]]:
 
 @dataclass(frozen=True)
 class Listed:
-    """The images of a run of class folders, in ImageFolder's order: ``text`` holds their paths
-    relative to the split, one after the other, in UTF-8 (``surrogatepass``: a name's bytes
-    undecodable as UTF-8 round-trip), ``lengths`` each path's length in those bytes (an int64
-    array); ``counts`` the images of each class folder; ``sources`` every walked folder's
-    ``settled_stat``."""
+    """The images of class folders, in ImageFolder's order: ``text`` holds their paths relative
+    to the split, one after the other, in UTF-8 (``surrogatepass``: a name's bytes undecodable
+    as UTF-8 round-trip), ``lengths`` each path's length in those bytes (an int64 array's), each
+    in consecutive chunks (one a process that listed them, never joined); ``counts`` the images
+    of each class folder; ``sources`` every walked folder's ``settled_stat``."""
 
-    text: bytes | memoryview
-    lengths: bytes | memoryview
+    text: tuple[bytes | memoryview, ...]
+    lengths: tuple[bytes | memoryview, ...]
     counts: list[int]
     sources: list[list[Any]]
 
@@ -132,28 +135,30 @@ def _list_group(split: str, classes: Sequence[str], extensions: tuple[str, ...])
                 chunks.append(_utf8(text))
                 count += len(images)
         counts.append(count)
-    return Listed(b"".join(chunks), lengths.tobytes(), counts, sources)
+    return Listed((b"".join(chunks),), (lengths.tobytes(),), counts, sources)
 
 
 def _list_run(groups: Sequence[_Group], extensions: tuple[str, ...]) -> list[Listed]:
     return [_list_group(split, classes, extensions) for split, classes in groups]
 
 
-def _encode(parts: Sequence[Listed]) -> bytes:
-    meta = json.dumps([{"counts": p.counts, "sources": p.sources, "text": len(p.text),
-                        "lengths": len(p.lengths)} for p in parts]).encode("ascii")
-    return b"".join([_HEADER.pack(len(meta)), meta,
-                     *(b for p in parts for b in (p.text, p.lengths))])
+def _encode(parts: Sequence[Listed]) -> list[bytes | memoryview]:
+    """A helper's record of ``parts`` (each listed by :func:`_list_group`: one chunk each)."""
+    meta = json.dumps([{"counts": p.counts, "sources": p.sources, "text": len(p.text[0]),
+                        "lengths": len(p.lengths[0])} for p in parts]).encode("ascii")
+    return [_HEADER.pack(len(meta)), meta, *(b for p in parts for b in (*p.text, *p.lengths))]
 
 
-def _decode(data: bytes) -> list[Listed]:
+def _decode(data: memoryview) -> list[Listed]:
+    """The parts of a helper's record; their chunks are views of ``data``, never copied."""
     (size,) = _HEADER.unpack_from(data)
     start = _HEADER.size + size
     parts = []
-    view = memoryview(data)  # the parts are views of it: never copied until joined
-    for meta in json.loads(data[_HEADER.size:start]):
+    for meta in json.loads(bytes(data[_HEADER.size:start])):
         middle, end = start + meta["text"], start + meta["text"] + meta["lengths"]
-        parts.append(Listed(view[start:middle], view[middle:end], meta["counts"],
+        if end > len(data):
+            raise ValueError("a helper's record is shorter than its header says")
+        parts.append(Listed((data[start:middle],), (data[middle:end],), meta["counts"],
                             meta["sources"]))
         start = end
     return parts
@@ -198,11 +203,20 @@ def _runs(splits: Sequence[tuple[Path, Sequence[str]]], n: int
     return runs
 
 
-def _start(groups: list[_Group], extensions: tuple[str, ...]) -> subprocess.Popen[bytes] | None:
+def _start(groups: list[_Group], extensions: tuple[str, ...]
+           ) -> tuple[subprocess.Popen[bytes], Any] | None:
+    """A helper listing ``groups``, and the unlinked file it writes its record to: a file, not
+    a pipe, so that it never waits for this process to read (this process lists its own run
+    meanwhile)."""
+    try:
+        out = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _finish)
+    except OSError:  # no temporary folder to write: listed here
+        return None
     try:
         child = subprocess.Popen([sys.executable, "-I", "-S", __file__], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                                 stdout=out, stderr=subprocess.DEVNULL)
     except OSError:
+        out.close()
         return None
     job = json.dumps({"groups": groups, "extensions": extensions})
     try:  # JSON escapes a name's lone surrogates (bytes undecodable as UTF-8)
@@ -211,23 +225,24 @@ def _start(groups: list[_Group], extensions: tuple[str, ...]) -> subprocess.Pope
         child.stdin.close()
     except OSError:
         pass  # it ended already: its exit status says so
-    return child
+    return child, out
 
 
-def _finish(child: subprocess.Popen[bytes] | None, groups: list[_Group],
+def _finish(helper: tuple[subprocess.Popen[bytes], Any] | None, groups: list[_Group],
             extensions: tuple[str, ...]) -> list[Listed]:
-    """A child's listing, or the same listed here when it failed or answered what does not
+    """A helper's listing, or the same listed here when it failed or answered what does not
     decode as one record per group."""
-    if child is not None:
-        assert child.stdout is not None
-        out = child.stdout.read()  # to its end, then its exit status: stderr is not piped
-        if child.wait() == 0:
-            try:
-                parts = _decode(out)
-            except (ValueError, KeyError, TypeError, struct.error):
-                parts = []
-            if len(parts) == len(groups):
-                return parts
+    if helper is not None:
+        child, out = helper
+        with out:
+            if child.wait() == 0:
+                try:  # mapped: its pages are read once, by the write of the cache
+                    parts = _decode(memoryview(mmap.mmap(out.fileno(), 0,
+                                                         access=mmap.ACCESS_READ)))
+                except (OSError, ValueError, KeyError, TypeError, struct.error):
+                    parts = []  # an empty file cannot be mapped (ValueError)
+                if len(parts) == len(groups):
+                    return parts
     return _list_run(groups, extensions)
 
 
@@ -245,15 +260,16 @@ def list_classes(splits: Sequence[tuple[Path, Sequence[str]]], extensions: Seque
     wanted = processes if processes is not None else _processes()
     runs = _runs(splits, max(1, min(wanted, total // _CLASSES_PER_PROCESS)))
     jobs = [[group for _, group in run] for run in runs]
-    children = [_start(groups, exts) for groups in jobs[1:]]
+    helpers = [_start(groups, exts) for groups in jobs[1:]]
     parts = _list_run(jobs[0], exts)
-    for groups, child in zip(jobs[1:], children, strict=True):
-        parts += _finish(child, groups, exts)
+    for groups, helper in zip(jobs[1:], helpers, strict=True):
+        parts += _finish(helper, groups, exts)
     owners = [i for run in runs for i, _ in run]
     listed = []
     for i in range(len(splits)):
         mine = [p for owner, p in zip(owners, parts, strict=True) if owner == i]
-        listed.append(Listed(b"".join(p.text for p in mine), b"".join(p.lengths for p in mine),
+        listed.append(Listed(tuple(c for p in mine for c in p.text),
+                             tuple(c for p in mine for c in p.lengths),
                              [c for p in mine for c in p.counts],
                              [s for p in mine for s in p.sources]))
     return listed
@@ -262,7 +278,7 @@ def list_classes(splits: Sequence[tuple[Path, Sequence[str]]], extensions: Seque
 def _main() -> None:
     job = json.loads(sys.stdin.buffer.read().decode("ascii"))
     groups = [(split, classes) for split, classes in job["groups"]]
-    sys.stdout.buffer.write(_encode(_list_run(groups, tuple(job["extensions"]))))
+    sys.stdout.buffer.writelines(_encode(_list_run(groups, tuple(job["extensions"]))))
 
 
 if __name__ == "__main__":

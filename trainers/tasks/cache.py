@@ -45,7 +45,7 @@ import numpy as np
 
 from trainers.tasks._files import settled_stat, source_stat
 
-__all__ = ["CACHE_ENV", "STORE_VERSION", "Built", "Prepared", "StringArray", "cache_root",
+__all__ = ["CACHE_ENV", "STORE_VERSION", "Built", "Chunks", "Prepared", "StringArray", "cache_root",
            "check_prepared", "encode_strings", "open_or_build", "settled_stat", "source_stat",
            "string_arrays"]
 
@@ -114,14 +114,37 @@ def encode_strings(name: str, strings: Iterable[str]) -> dict[str, np.ndarray]:
     return {f"{name}.blob": blob, f"{name}.offsets": offsets}
 
 
-def string_arrays(name: str, text: bytes | memoryview, lengths: bytes | memoryview
-                  ) -> dict[str, np.ndarray]:
+@dataclass(frozen=True)
+class Chunks:
+    """A one-dimensional ``uint8`` array given as its bytes in consecutive ``parts``: written to
+    the cache one part after another and never joined in memory (an ImageNet listing's 55 MB of
+    names, listed by several processes); the file is :func:`numpy.save`'s of the joined array."""
+
+    parts: tuple[bytes | memoryview, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(memoryview(part).nbytes for part in self.parts)
+
+    def joined(self) -> np.ndarray:
+        return np.frombuffer(b"".join(self.parts), dtype=np.uint8)
+
+
+def string_arrays(name: str, text: Sequence[bytes | memoryview],
+                  lengths: Sequence[bytes | memoryview]) -> dict[str, np.ndarray | Chunks]:
     """:func:`encode_strings`'s arrays of strings given as their UTF-8 bytes (``surrogatepass``)
-    one after the other, and each one's length in bytes (``lengths``: an int64 array's)."""
-    sizes = np.frombuffer(lengths, dtype=np.int64)
-    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    return {f"{name}.blob": np.frombuffer(text, dtype=np.uint8), f"{name}.offsets": offsets}
+    one after the other, in consecutive chunks (``text``), and each one's length in bytes
+    (``lengths``: chunks of an int64 array's bytes). The blob stays in its chunks
+    (:class:`Chunks`)."""
+    sizes = [np.frombuffer(chunk, dtype=np.int64) for chunk in lengths]
+    offsets = np.zeros(sum(len(chunk) for chunk in sizes) + 1, dtype=np.int64)
+    end = 0
+    for chunk in sizes:
+        done = offsets[end]
+        np.cumsum(chunk, out=offsets[end + 1:end + 1 + len(chunk)])
+        offsets[end + 1:end + 1 + len(chunk)] += done
+        end += len(chunk)
+    return {f"{name}.blob": Chunks(tuple(text)), f"{name}.offsets": offsets}
 
 
 @dataclass(frozen=True)
@@ -131,7 +154,7 @@ class Built:
     and the sources it discovered while parsing (``source_stat`` rows taken before reading
     them, e.g. the folders of an image listing), checked on later opens beside those given."""
 
-    arrays: dict[str, np.ndarray]
+    arrays: Mapping[str, np.ndarray | Chunks]
     meta: dict[str, Any]
     sources: list[list[Any]] = field(default_factory=list)
 
@@ -230,14 +253,23 @@ def _write(folder: Path, version: int, key: Mapping[str, Any], sources: Sequence
            built: Built) -> None:
     """Write ``built`` into the new ``folder``: arrays first, each synced, the manifest last."""
     specs = {}
-    for name, array in built.arrays.items():
-        array = np.ascontiguousarray(array)
+    for name, value in built.arrays.items():
         with open(folder / _array_file(name), "wb") as f:
-            np.save(f, array, allow_pickle=False)
+            if isinstance(value, Chunks):
+                dtype, shape = np.dtype(np.uint8), (value.nbytes,)
+                np.lib.format.write_array_header_1_0(f, {
+                    "descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                    "shape": shape})
+                for part in value.parts:
+                    f.write(part)
+            else:
+                array = np.ascontiguousarray(value)
+                dtype, shape = array.dtype, array.shape
+                np.save(f, array, allow_pickle=False)
             f.flush()
             os.fsync(f.fileno())
             size = f.tell()
-        specs[name] = {"dtype": array.dtype.str, "shape": list(array.shape), "bytes": size}
+        specs[name] = {"dtype": dtype.str, "shape": list(shape), "bytes": size}
     manifest = {"store_version": STORE_VERSION, "version": version,
                 "key": json.loads(json.dumps(dict(key), default=str)),
                 "sources": [*sources, *built.sources], "arrays": specs, "meta": built.meta}
@@ -252,8 +284,8 @@ def _remove(path: Path) -> None:
 
 
 def _in_memory(built: Built) -> Prepared:
-    return Prepared(None, {k: np.ascontiguousarray(v) for k, v in built.arrays.items()},
-                    built.meta, built=True)
+    return Prepared(None, {k: v.joined() if isinstance(v, Chunks) else np.ascontiguousarray(v)
+                           for k, v in built.arrays.items()}, built.meta, built=True)
 
 
 def _publish(root: Path, folder: Path, version: int, key: Mapping[str, Any],
