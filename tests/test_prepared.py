@@ -408,6 +408,25 @@ def test_the_image_listing_is_torchvisions(tmp_path: Path, processes: int,
     assert any("dangling" in p for p, _ in got) and not any(p.endswith("dir.png") for p, _ in got)
 
 
+@pytest.mark.parametrize("files", [
+    ["a.png", "b.png", "c.png"],  # one extension: the quick path
+    ["a.png", "b.png", "c.txt"], ["a.txt", "b.png", "c.png"], ["a.png", "b.txt", "c.png"],
+    ["a.png", "b.png.txt", "c.png"], ["a.png.png", ".png", "b.PNG", "c.png"],
+    ["a.JPEG", "b.jpeg", "c.Jpeg"], ["noext", "b.png"], ["a.png"], ["a.txt"], [],
+    [os.fsdecode(b"caf\xe9.png"), "b.png"]])
+def test_the_image_filter_is_imagefolders(files: list[str]) -> None:
+    """The names kept are those whose lower-cased form ends with an image extension (the test
+    of torchvision's ``has_file_allowed_extension``), the quick path included."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
+
+    import trainers.tasks._files as files_module
+
+    exts = tuple(e.lower() for e in IMG_EXTENSIONS)
+    both = exts + tuple(e.upper() for e in exts)
+    got = files_module._images(list(files), exts, both)
+    assert got == [f for f in files if has_file_allowed_extension(f, IMG_EXTENSIONS)]
+
+
 @pytest.mark.parametrize("helper", ["cannot start", "fails", "answers nothing"])
 def test_a_failed_listing_helper_is_listed_again_here(folder_root: Path, cache: Path,
                                                      monkeypatch: pytest.MonkeyPatch,

@@ -35,6 +35,7 @@ SETTLE_NS = 50_000_000
 #: Class folders a process lists at least: below that, starting one costs more than it saves.
 _CLASSES_PER_PROCESS = 64
 _HEADER = struct.Struct("<Q")
+_NAME = operator.attrgetter("name")
 
 
 def source_stat(path: Path) -> list[Any]:
@@ -73,7 +74,7 @@ def _walk(folder: str, sources: list[list[Any]]) -> list[tuple[str, list[str]]]:
                 entries = list(listing)
         except OSError:  # os.walk skips a folder it cannot list
             continue
-        files = [entry.name for entry in entries if not entry.is_dir()]
+        files = list(map(_NAME, itertools.filterfalse(os.DirEntry.is_dir, entries)))
         found.append((top, files))
         if len(files) < len(entries):
             pending += [entry.path for entry in entries if entry.is_dir()]
@@ -107,10 +108,11 @@ def _images(files: list[str], extensions: tuple[str, ...], both: tuple[str, ...]
     then ``both`` (the extensions in lower and upper case)."""
     if files:
         common = files[0][files[0].rfind("."):]
-        if common.lower() in extensions:
-            images = [f for f in files if f.endswith(common)]
-            if len(images) == len(files):
-                return images
+        # Every name ends with it when the names joined by NUL (which no file name holds) hold
+        # it followed by NUL once a name but the last: counted in C, not a test a name.
+        if (common.lower() in extensions and files[-1].endswith(common)
+                and "\0".join(files).count(common + "\0") == len(files) - 1):
+            return files
     return [f for f in files if f.endswith(both) or f.lower().endswith(extensions)]
 
 
