@@ -2,6 +2,7 @@
 
     python benchmarks/data.py [--scale 1.0] [--tasks vqa-files coco-files image-folder]
                               [--processes 3] [--baseline REV] [--tmp DIR] [--keep]
+                              [--repeat 1]
 
 Files shaped like the real datasets are generated under a temporary folder (``--scale`` of
 their real size; 1.0, the default, needs about 1 GB of disk and some minutes): VQA v2's
@@ -33,6 +34,10 @@ figure to compare (it does not count time spent waiting for a core).
   other process shares, which another trial process adds; target <= 200 MB) and to its
   proportional set (PSS: its share of the mapped pages too). Today's build adds its whole
   resident growth per process.
+
+``--repeat N`` times today's build and the first preparation N times each, taking turns (each
+preparation into an empty cache), and shows the run of median wall time of each, with their
+ranges and every turn's ratio: on a shared machine one run's ratio moves by 20%.
 
 The temporary folder is removed at the end (``--keep`` keeps it and prints where).
 
@@ -229,19 +234,29 @@ def _share(task: str, options: dict[str, Any], tmp: Path, cache: Path, n: int
     return [json.loads(Path(job["done"]).read_text()) for job in jobs]
 
 
-def _measure(task: str, root: Path, tmp: Path, baseline: Path | None, n: int) -> None:
+def _measure(task: str, root: Path, tmp: Path, baseline: Path | None, n: int,
+             repeat: int = 1) -> None:
     options = _options(task, root)
     cache = tmp / f"cache-{task}"
-    cache.mkdir()
     rows = []
-    if baseline is not None:
-        today = _result(_run({"mode": "build", "task": task, "options": options}, baseline,
-                             cache))
+    todays, firsts = [], []
+    for r in range(repeat):  # today's build and a first preparation, taking turns
+        if baseline is not None:
+            todays.append(_result(_run({"mode": "build", "task": task, "options": options},
+                                       baseline, cache)))
+        into = cache if r == repeat - 1 else tmp / f"cache-{task}-{r}"  # the last one is kept
+        into.mkdir()
+        firsts.append(_result(_run({"mode": "prepare", "task": task, "options": options}, REPO,
+                                   into)))
+        assert firsts[-1]["built"], "the first preparation found a cache"
+        if into != cache:
+            shutil.rmtree(into)
+    today = _median_run(todays) if todays else None
+    first = _median_run(firsts)
+    if today is not None:
         added = today["after"]["VmRSS"] - today["before"]["VmRSS"]
         rows.append(("today: get_task, every process", today["seconds"], today["cpu"],
                      today["after"]["VmHWM"], added))
-    first = _result(_run({"mode": "prepare", "task": task, "options": options}, REPO, cache))
-    assert first["built"], "the first preparation found a cache"
     rows.append(("first preparation (once a node)", first["seconds"], first["cpu"],
                  first["after"]["VmHWM"], None))
     warm = _result(_run({"mode": "open", "task": task, "options": options}, REPO, cache))
@@ -260,17 +275,29 @@ def _measure(task: str, root: Path, tmp: Path, baseline: Path | None, n: int) ->
         peak_text = f"{peak / MB:>12.0f}" if peak is not None else f"{'':>12}"
         add_text = f"{add / MB:>13.1f}" if add is not None else f"{'':>13}"
         print(f"  {label:<34} {seconds:>8.2f} {cpu_text} {peak_text} {add_text}")
-    if baseline is not None:
+    if today is not None:
         print(f"  first preparation is {rows[0][1] / first['seconds']:.1f}x faster than today's "
               f"build in wall time, {rows[0][2] / first['cpu']:.1f}x in CPU time (target >= 3)")
+    if repeat > 1 and todays:
+        ratios = sorted(t["seconds"] / f["seconds"] for t, f in zip(todays, firsts, strict=True))
+        print(f"  (the median run of {repeat} of each; today's build "
+              f"{min(t['seconds'] for t in todays):.2f}-{max(t['seconds'] for t in todays):.2f} "
+              f"s, first preparation "
+              f"{min(f['seconds'] for f in firsts):.2f}-{max(f['seconds'] for f in firsts):.2f} "
+              f"s; each turn's ratio " + ", ".join(f"{x:.1f}x" for x in ratios) + ")")
     print(f"  warm get_task {warm['seconds']:.2f} s (target <= 2 s); driver read "
           f"{warm['driver_val']:,} validation items in {warm['driver_seconds']:.3f} s")
     print(f"  {n} processes holding it, each having read {shared[0]['touched'] / MB:.0f} MB of "
           f"arrays: unique memory added per process {statistics.median(uss) / MB:.1f} MB "
           f"(max {max(uss) / MB:.1f}; target <= 200), proportional "
           f"{statistics.median(pss) / MB:.1f} MB")
-    if baseline is not None:
+    if today is not None:
         print(f"  today every process adds {rows[0][4] / MB:.0f} MB (its own parsed task)")
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median wall time (the lower middle one of an even number)."""
+    return sorted(runs, key=lambda run: run["seconds"])[(len(runs) - 1) // 2]
 
 
 def main() -> None:
@@ -284,6 +311,9 @@ def main() -> None:
                         help="revision whose get_task is today's build ('none' skips it)")
     parser.add_argument("--tmp", default=None, help="where the temporary folder goes")
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="time today's build and the first preparation this many times "
+                             "each, taking turns, and show the median run (default 1)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
@@ -298,7 +328,7 @@ def main() -> None:
               f"{args.baseline[:12] if baseline else 'none'}; files under {tmp}")
         for task in args.tasks:
             print(f"{task}: {_generate(task, tmp / task, args.scale)}", flush=True)
-            _measure(task, tmp / task, tmp, baseline, args.processes)
+            _measure(task, tmp / task, tmp, baseline, args.processes, max(1, args.repeat))
     finally:
         if args.keep:
             print(f"kept {tmp}")
