@@ -44,7 +44,8 @@ The temporary folder is removed at the end (``--keep`` keeps it and prints where
 Measured 2026-11-28 at ``--scale 1`` on an otherwise idle two-core machine (9 minutes): first
 preparation 3.6x (vqa-files: 34.2 -> 9.43 s), 3.4x (coco-files: 12.9 -> 3.81 s) and 3.1x
 (image-folder: 2.40 -> 0.77 s, both mostly listing 1.3 M files; the preparation splits the
-listing between one process per CPU; six runs of it 2.7-3.7x, median 3.05x) faster than
+listing between one process per CPU; ``--tasks image-folder --repeat 5``: 3.1-3.5x, median
+3.2x) faster than
 today's build; a warm trial process 0.01-0.08 s; 0.1-4.3 MB added per process against
 276-1,457 MB today (docs/benchmarks.md).
 """
