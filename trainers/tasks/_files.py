@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 __all__ = ["SETTLE_NS", "Listed", "list_classes", "settled_stat", "source_stat"]
 
@@ -96,6 +96,7 @@ class Listed:
 
 
 _Group = tuple[str, list[str]]  # a split's folder and a run of its class folders
+_Helper = tuple[subprocess.Popen[bytes], IO[bytes]]  # a helper and the file it answers in
 
 
 def _utf8(text: str) -> bytes:
@@ -205,8 +206,7 @@ def _runs(splits: Sequence[tuple[Path, Sequence[str]]], n: int
     return runs
 
 
-def _start(groups: list[_Group], extensions: tuple[str, ...]
-           ) -> tuple[subprocess.Popen[bytes], Any] | None:
+def _start(groups: list[_Group], extensions: tuple[str, ...]) -> _Helper | None:
     """A helper listing ``groups``, and the unlinked file it writes its record to: a file, not
     a pipe, so that it never waits for this process to read (this process lists its own run
     meanwhile)."""
@@ -230,8 +230,8 @@ def _start(groups: list[_Group], extensions: tuple[str, ...]
     return child, out
 
 
-def _finish(helper: tuple[subprocess.Popen[bytes], Any] | None, groups: list[_Group],
-            extensions: tuple[str, ...]) -> list[Listed]:
+def _finish(helper: _Helper | None, groups: list[_Group], extensions: tuple[str, ...]
+            ) -> list[Listed]:
     """A helper's listing, or the same listed here when it failed or answered what does not
     decode as one record per group."""
     if helper is not None:
