@@ -37,7 +37,7 @@ figure to compare (it does not count time spent waiting for a core).
 
 ``--repeat N`` times today's build and the first preparation N times each, taking turns (each
 preparation into an empty cache), and shows the run of median wall time of each, with their
-ranges and every turn's ratio: on a shared machine one run's ratio moves by 20%.
+ranges and the turns' ratios: on a shared machine one run's ratio moves by 20%.
 
 The temporary folder is removed at the end (``--keep`` keeps it and prints where).
 
@@ -45,9 +45,8 @@ Measured 2026-11-28 at ``--scale 1`` on an otherwise idle two-core machine (9 mi
 preparation 3.6x (vqa-files: 34.2 -> 9.43 s), 3.4x (coco-files: 12.9 -> 3.81 s) and 3.1x
 (image-folder: 2.40 -> 0.77 s, both mostly listing 1.3 M files; the preparation splits the
 listing between one process per CPU; ``--tasks image-folder --repeat 5``: 3.1-3.5x, median
-3.2x) faster than
-today's build; a warm trial process 0.01-0.08 s; 0.1-4.3 MB added per process against
-276-1,457 MB today (docs/benchmarks.md).
+3.2x) faster than today's build; a warm trial process 0.01-0.08 s; 0.1-4.3 MB added per
+process against 276-1,457 MB today (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -285,7 +284,8 @@ def _measure(task: str, root: Path, tmp: Path, baseline: Path | None, n: int,
               f"{min(t['seconds'] for t in todays):.2f}-{max(t['seconds'] for t in todays):.2f} "
               f"s, first preparation "
               f"{min(f['seconds'] for f in firsts):.2f}-{max(f['seconds'] for f in firsts):.2f} "
-              f"s; each turn's ratio " + ", ".join(f"{x:.1f}x" for x in ratios) + ")")
+              f"s; the turns' ratios, lowest first, "
+              + ", ".join(f"{x:.1f}x" for x in ratios) + ")")
     print(f"  warm get_task {warm['seconds']:.2f} s (target <= 2 s); driver read "
           f"{warm['driver_val']:,} validation items in {warm['driver_seconds']:.3f} s")
     print(f"  {n} processes holding it, each having read {shared[0]['touched'] / MB:.0f} MB of "
@@ -322,6 +322,8 @@ def main() -> None:
         return
     if not 0 < args.scale <= 1:
         parser.error(f"--scale must lie in (0, 1], but got {args.scale}")
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, but got {args.repeat}")
     tmp = Path(tempfile.mkdtemp(prefix="nas-data-bench-", dir=args.tmp))
     try:
         baseline = None if args.baseline == "none" else _baseline(args.baseline, tmp / "base")
@@ -329,7 +331,7 @@ def main() -> None:
               f"{args.baseline[:12] if baseline else 'none'}; files under {tmp}")
         for task in args.tasks:
             print(f"{task}: {_generate(task, tmp / task, args.scale)}", flush=True)
-            _measure(task, tmp / task, tmp, baseline, args.processes, max(1, args.repeat))
+            _measure(task, tmp / task, tmp, baseline, args.processes, args.repeat)
     finally:
         if args.keep:
             print(f"kept {tmp}")
