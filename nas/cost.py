@@ -203,17 +203,55 @@ def estimate_params(config: ArchConfig, task: TaskGeometry | str | None = None) 
                                                        device="meta")).values())
 
 
+#: A model of at most this many parameters and buffer elements is traced by
+#: :func:`cost_and_memory` on real CPU tensors rather than on ``meta``: at one sample its
+#: arithmetic takes less than the meta device's Python shape functions (a quickstart ViT:
+#: about half the time; ``benchmarks/candidate_cost.py``). Larger models stay on ``meta``,
+#: where nothing is allocated.
+REAL_PASS_MAX_ELEMENTS = 1_000_000
+
+
+def _real_pass(model: FamilyModel) -> bool:
+    """Whether :func:`cost_and_memory` traces ``model`` (built on meta) on the CPU: small
+    enough (:data:`REAL_PASS_MAX_ELEMENTS`), and no ``nn.RNNBase``, which the CPU runs through
+    oneDNN with other tensors saved for backward than its decomposition saves."""
+    if any(isinstance(m, nn.RNNBase) for m in model.modules()):
+        return False
+    elements = sum(t.numel() for t in (*model.parameters(), *model.buffers()))
+    return elements <= REAL_PASS_MAX_ELEMENTS
+
+
+def _to_cpu(model: FamilyModel, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Move ``model`` (built on meta) to the CPU in place, every parameter and buffer zero
+    (shared ones stay shared), and return ``inputs``' CPU twins: floats zero, integers one (a
+    token id every vocabulary holds). Only shapes decide what the pass records."""
+    model.to_empty(device="cpu")
+    with torch.no_grad():
+        for t in (*model.parameters(), *model.buffers()):
+            t.zero_()
+    return {k: (torch.zeros if v.is_floating_point() else torch.ones)(v.shape, dtype=v.dtype,
+                                                                        device="cpu")
+            for k, v in inputs.items()}
+
+
 def cost_and_memory(config: ArchConfig,
                     task: TaskGeometry | str | None = None) -> tuple[Cost, MemoryProfile]:
     """:func:`estimate_cost` and ``nas.memory.memory_profile`` of ``config`` from one build and
-    one traced pass on the meta device: the training-mode pass the memory rule needs, counted
-    by the same flop counter (no family's forward computes differently in training mode;
-    ``tests/test_flop_counter.py`` checks both figures against the separate passes)."""
+    one traced pass: the training-mode pass the memory rule needs, counted by the same flop
+    counter (no family's forward computes differently in training mode). The build is on
+    meta; a small model's pass runs on zeroed CPU tensors instead (:func:`_real_pass`), with
+    the same shapes and so the same figures, in less time, the global random state untouched.
+    ``tests/test_flop_counter.py`` checks both figures against the separate passes on meta."""
     geometry = resolve_task(config, task)
     model = create_model(config, geometry, device="meta")
     params = count_params(model)
+    inputs = model.example_inputs(1)
     counter, norms = _counter(), list[int]()
-    with _counting_norms(model, norms):
-        profile = profile_memory(model, model.example_inputs(1), also=counter)
+    with contextlib.ExitStack() as stack:
+        if _real_pass(model):
+            stack.enter_context(torch.random.fork_rng(devices=[]))  # dropout draws
+            inputs = _to_cpu(model, inputs)
+        stack.enter_context(_counting_norms(model, norms))
+        profile = profile_memory(model, inputs, also=counter)
     return _cost(model, config, geometry, params, _madds_by_part(model, counter), norms,
                  1), profile

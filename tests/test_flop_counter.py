@@ -195,3 +195,24 @@ def test_the_random_architectures_draw_qk_norm_both_ways(flop_seed: int) -> None
     drawn = {_draw(family, random.Random(f"{flop_seed}/{family}/{index}").randrange(2**31))
              .qk_norm for family in _FAMILIES for index in range(CASES_PER_FAMILY)}
     assert drawn == {False, True}
+
+
+def test_small_models_take_the_cpu_pass_and_leave_the_random_state(flop_seed: int) -> None:
+    """The one-pass tests above compare ``cost_and_memory``'s pass on zeroed CPU tensors with
+    the separate passes on meta: the small random architectures take the CPU pass (every family
+    but MCAN, whose LSTM stays on meta), the presets (paper-size) stay on meta, and the CPU pass
+    (dropout draws included: ORT and LXMERT train with 0.1) leaves torch's random state as it
+    was, so a process that costs a model and then trains draws what it drew before."""
+    from nas.cost import _real_pass
+
+    for family in _FAMILIES:
+        config = _draw(family, random.Random(f"{flop_seed}/{family}/0").randrange(2**31))
+        task = _SPACES[family][3]
+        assert _real_pass(create_model(config, task, device="meta")) == (family != "mcan")
+        torch.manual_seed(123)
+        before = torch.get_rng_state()
+        cost_and_memory(config, task)
+        assert torch.equal(torch.get_rng_state(), before), family
+    for name in ("deit-tiny", "ort-xsmall", "lw-swin-tiny"):
+        config = get_preset(name)
+        assert not _real_pass(create_model(config, resolve_task(config, None), device="meta"))
