@@ -131,6 +131,18 @@ def bind(sampler: optuna.samplers.BaseSampler, costing: Costing) -> bool:
     return False
 
 
+def _set_system_attrs(study: optuna.Study, trial_id: int, attrs: dict[str, Any]) -> None:
+    """Record ``attrs`` with the trial: in one transaction where the study's storage offers it
+    (the engine's asking storage, ``studies.store._snapshot``), else one at a time."""
+    storage = study._storage
+    together = getattr(storage, "set_trial_system_attrs", None)
+    if callable(together):
+        together(trial_id, attrs)
+        return
+    for key, value in attrs.items():
+        storage.set_trial_system_attr(trial_id, key, value)
+
+
 def _encode(params: dict[str, Any], dists: dict[str, BaseDistribution],
             names: Sequence[str]) -> list[float]:
     """Parameters as numbers in [0, 1] (log scale where the distribution is; one column per
@@ -356,11 +368,11 @@ class CostAwareSampler(optuna.samplers.BaseSampler):
             with self._threads.limit(limits=1, user_api="blas"):
                 chosen, gain, noise = self._choose(costing, memory, fresh, dists)
             self._chosen[trial._trial_id] = chosen
-            study._storage.set_trial_system_attr(trial._trial_id, GAIN_KEY, gain)
+            recorded: dict[str, Any] = {GAIN_KEY: gain}
             if noise is not None:
-                study._storage.set_trial_system_attr(trial._trial_id, NOISE_KEY, noise)
-            study._storage.set_trial_system_attr(trial._trial_id, SECONDS_KEY,
-                                                 time.perf_counter() - began)
+                recorded[NOISE_KEY] = noise
+            recorded[SECONDS_KEY] = time.perf_counter() - began
+            _set_system_attrs(study, trial._trial_id, recorded)
 
     def draws(self, finished: int) -> tuple[int, int]:
         """The random candidates and the neighbours of the front drawn for a trial when

@@ -104,3 +104,104 @@ def test_a_snapshot_does_not_outlive_its_block(tmp_path: Path) -> None:
         raise RuntimeError("the suggestion failed")
     study.tell(study.ask(), state=TrialState.FAIL)
     assert len(wrapped.get_all_trials(study._study_id)) == 1
+
+
+# ----------------------------------------------------------------------------- batched writes
+def _counting_commits(storage: RDBStorage) -> list[int]:
+    import sqlalchemy as sa
+
+    commits = [0]
+    sa.event.listen(storage.engine, "commit", lambda *a: commits.__setitem__(0, commits[0] + 1))
+    return commits
+
+
+def test_a_trials_parameters_are_written_in_one_transaction_as_optuna_writes_them(
+        tmp_path: Path) -> None:
+    """Inside ``Asking.draw`` the parameters Optuna would commit one at a time are written
+    together: one commit, and the trial read back holds the parameters and distributions a
+    plain Optuna ask stores for the same draws (same seed)."""
+    from studies.store._snapshot import Asking
+
+    plain, _ = _study(tmp_path, "plain")
+    batched, storage = _study(tmp_path, "batched")
+    for study in (plain, batched):  # a sampler that writes nothing of its own while drawing
+        study.sampler = optuna.samplers.RandomSampler(seed=5)
+    asking = Asking(batched, storage)
+    commits = _counting_commits(storage)
+    for _ in range(6):
+        expected = plain.ask()
+        plain.tell(expected, _objective(expected))
+        with asking.snapshot():
+            trial = asking.ask()
+            before = commits[0]
+            values = asking.draw(lambda t=trial: _objective(t))  # type: ignore[misc]
+            assert commits[0] - before == 1  # three parameters, one transaction
+        batched.tell(trial, values)
+        stored = storage.get_trial(trial._trial_id)
+        assert stored.params == expected.params == trial.params
+        assert stored.distributions == plain.trials[-1].distributions
+
+
+def test_a_parameter_against_another_distribution_of_its_name_is_refused(
+        tmp_path: Path) -> None:
+    """The check Optuna makes on each parameter (the distribution earlier trials hold under
+    its name) is made on the batched write too, from the snapshot or the database."""
+    from studies.store._snapshot import Asking
+
+    study, storage = _study(tmp_path, "mixed")
+    asking = Asking(study, storage)
+    with asking.snapshot():
+        first = asking.ask()
+        asking.draw(lambda: first.suggest_int("n", 1, 8))
+    study.tell(first, [1.0, 1.0])
+    with asking.snapshot():
+        second = asking.ask()
+        with pytest.raises(ValueError, match="Cannot set different distribution kind"):
+            asking.draw(lambda: second.suggest_categorical("n", ["a", "b"]))
+    assert storage.get_trial(second._trial_id).params == {}
+
+
+def test_a_draw_whose_write_failed_writes_its_parameters_on_the_retry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lost connection at the batched write: the draw is retried (its trial returns the
+    values it drew without writing them again) and the same parameters are written once."""
+    import studies.store._snapshot as snapshot_module
+    from studies.store._snapshot import Asking
+    from studies.store.storage import StorageError
+
+    study, storage = _study(tmp_path, "retry")
+    asking = Asking(study, storage)
+    real, calls = snapshot_module.set_trial_params, []
+
+    def flaky(rdb: RDBStorage, trial_id: int, params: list[object]) -> None:
+        calls.append(len(params))
+        if len(calls) == 1:
+            raise StorageError("the connection was lost", transient=True)
+        real(rdb, trial_id, params)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(snapshot_module, "set_trial_params", flaky)
+    monkeypatch.setattr("studies.store.storage._FIRST_DELAY", 0.01)
+    monkeypatch.setattr("studies.store.storage._connection_lost", lambda url, cause: True)
+    with asking.snapshot():
+        trial = asking.ask()
+        values = asking.draw(lambda: _objective(trial))
+    assert calls == [3, 3]
+    study.tell(trial, values)
+    assert storage.get_trial(trial._trial_id).params == trial.params
+
+
+def test_an_asked_trial_is_read_once_and_a_write_makes_it_read_again(tmp_path: Path) -> None:
+    """The read that puts a new trial in the snapshot also opens it (``optuna.Trial`` reads
+    it by id): one ``get_trial`` of the storage per ask; after any write, it is read again."""
+    study, storage = _study(tmp_path, "reads")
+    base = optuna.storages.get_storage(storage)
+    asking, wrapped = asking_study(study, base, storage)
+    reads = []
+    real = base.get_trial
+    base.get_trial = lambda trial_id: reads.append(trial_id) or real(trial_id)  # type: ignore[method-assign]
+    with wrapped.snapshot():
+        trial = asking.ask()
+        assert reads == [trial._trial_id]
+        wrapped.set_trial_system_attrs(trial._trial_id, {"a": 1, "b": [2.0]})
+        assert wrapped.get_trial(trial._trial_id).system_attrs == {"a": 1, "b": [2.0]}
+    assert reads == [trial._trial_id] * 2

@@ -23,12 +23,13 @@ import sqlite3
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import optuna
 import sqlalchemy as sa
+from optuna.distributions import BaseDistribution
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import (
     ArgumentError,
@@ -56,6 +57,8 @@ __all__ = [
     "resolve_storage_url",
     "retrying",
     "session",
+    "set_trial_params",
+    "set_trial_system_attrs",
     "set_trial_user_attrs",
     "study_names",
     "write_epoch",
@@ -419,8 +422,9 @@ def _optuna_transaction(storage: optuna.storages.RDBStorage) -> Iterator[Any]:
     Optuna's public calls, one commit each).
 
     Optuna's private API is used here and nowhere else: ``_create_scoped_session`` and the
-    storage's ``_set_trial_attr_without_commit`` / ``_set_trial_intermediate_value_without_commit``
-    (Optuna 5.0; ``tests/test_driver_writes.py`` fails where they go)."""
+    storage's ``_set_trial_attr_without_commit``, ``_set_trial_intermediate_value_without_commit``
+    and ``_set_trial_param_without_commit`` (Optuna 5.0; ``tests/test_driver_writes.py`` fails
+    where they go)."""
     try:
         from optuna.storages._rdb.storage import _create_scoped_session
     except ImportError:
@@ -434,7 +438,8 @@ def _optuna_transaction(storage: optuna.storages.RDBStorage) -> Iterator[Any]:
 
 
 #: The storage's steps that write without committing (see :func:`_optuna_transaction`).
-_OPTUNA_STEPS = ("_set_trial_attr_without_commit", "_set_trial_intermediate_value_without_commit")
+_OPTUNA_STEPS = ("_set_trial_attr_without_commit", "_set_trial_intermediate_value_without_commit",
+                 "_set_trial_param_without_commit")
 
 
 def set_trial_user_attrs(storage: optuna.storages.RDBStorage, trial_id: int,
@@ -445,18 +450,58 @@ def set_trial_user_attrs(storage: optuna.storages.RDBStorage, trial_id: int,
     five per trial, so it uses the storage's own per-attribute step inside one transaction
     (:func:`_optuna_transaction`), and the public call where an Optuna version lacks it.
     """
+    _set_trial_attrs(storage, trial_id, attrs, system=False)
+
+
+def set_trial_system_attrs(storage: optuna.storages.RDBStorage, trial_id: int,
+                           attrs: dict[str, Any]) -> None:
+    """:func:`set_trial_user_attrs` for system attributes (what a sampler records with the
+    trial it chose: the default sampler's gain, noise and seconds)."""
+    _set_trial_attrs(storage, trial_id, attrs, system=True)
+
+
+def _set_trial_attrs(storage: optuna.storages.RDBStorage, trial_id: int, attrs: dict[str, Any],
+                     *, system: bool) -> None:
     if not attrs:
         return
     with session(storage.url), _optuna_transaction(storage) as db:
         if db is None:
+            setter = storage.set_trial_system_attr if system else storage.set_trial_user_attr
             for key, value in attrs.items():
-                storage.set_trial_user_attr(trial_id, key, value)
+                setter(trial_id, key, value)
             return
         from optuna.storages._rdb import models
 
+        model = models.TrialSystemAttributeModel if system else models.TrialUserAttributeModel
         for key, value in attrs.items():
-            storage._set_trial_attr_without_commit(db, models.TrialUserAttributeModel,
-                                                   trial_id, key, value)
+            storage._set_trial_attr_without_commit(db, model, trial_id, key, value)
+
+
+#: One drawn parameter: its name, internal value, distribution, and the distribution the
+#: study's earlier trials hold under that name (None: unknown, read from the database).
+ParamWrite = tuple[str, float, BaseDistribution, BaseDistribution | None]
+
+
+def set_trial_params(storage: optuna.storages.RDBStorage, trial_id: int,
+                     params: Sequence[ParamWrite]) -> None:
+    """Write the parameters drawn for one unfinished trial in one transaction, each checked
+    against the distribution the study holds under its name as Optuna checks it.
+
+    Optuna's ``set_trial_param`` commits once per parameter (ten a trial in the quickstart
+    space); this uses the storage's own step without the commit
+    (``_set_trial_param_without_commit``) inside one transaction, and the public call where an
+    Optuna version lacks it.
+    """
+    if not params:
+        return
+    with session(storage.url), _optuna_transaction(storage) as db:
+        if db is None:
+            for name, value, distribution, _ in params:
+                storage.set_trial_param(trial_id, name, value, distribution)
+            return
+        for name, value, distribution, previous in params:
+            storage._set_trial_param_without_commit(db, trial_id, name, value, distribution,
+                                                    previous)
 
 
 def write_epoch(storage: optuna.storages.RDBStorage, study_name: str, trial_number: int,
