@@ -7,11 +7,12 @@ unfinished trial again. Optuna's own loop shares one read between some of them (
 per-thread ``cached_all_trials``), not all. :class:`SnapshotStorage` wraps the study's storage
 and, inside :meth:`SnapshotStorage.snapshot`, answers every ``get_all_trials`` of the study
 from one read taken at the first, filtered by state as the storage would; outside it, and for
-every other call, it is the storage it wraps. Writes are never cached: they go through at once.
-A trial created or taken from the queue while the snapshot is open is read again by id and
-put in it; parameters written later are not (as in Optuna's own ``cached_all_trials``, read
-once after ``ask``). That read also answers the ``get_trial`` with which ``optuna.Trial`` opens
-it, when nothing else reached the storage in between.
+every other call, it is the storage it wraps. Writes are never cached: they reach the database
+at once (a draw's parameters at its end, below). A trial created or taken from the queue while
+the snapshot is open is read again by id and put in it; parameters written later are not (as
+in Optuna's own ``cached_all_trials``, read once after ``ask``). That read also answers the
+``get_trial`` with which ``optuna.Trial`` opens it, when nothing else reached the storage in
+between.
 
 Two kinds of writes are gathered into one transaction where the wrapped storage is an RDB
 storage (``rdb``): inside :meth:`SnapshotStorage.drawing`, the parameters Optuna writes one
