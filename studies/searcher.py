@@ -12,8 +12,9 @@ and hands Tune only what must train. ``on_trial_complete`` tells the study how t
 (``studies.store.StudyStore``) and counted in one ``studies._tally.Tally``; the budget, the
 deadline and the waiting twins are ``studies._pace.Pace``'s; the scheduler tells what it stopped
 through ``on_stop``. ``StudyCallback`` is the searcher's view of what Tune does not show a
-searcher: every epoch report (written to the database as it arrives, the one
-a scheduler stops on included), the error of a failed trial, and a clock for the progress line.
+searcher: every epoch report (the one a scheduler stops on included; written to the database at
+the end of Tune's step, once Tune has sent the trial on, and before the trial's ending is), the
+error of a failed trial, and a clock for the progress line.
 
 Optuna's storage is the record: Tune's trial ids are kept only while the run lives.
 """
@@ -189,6 +190,8 @@ class StudySearcher(Searcher):
         self.live: dict[str, _Candidate] = {}  # Tune trial id -> the trial it trains
         self.errored: dict[str, _Candidate] = {}  # failed in Tune, waiting for the error text
         self.stopped_at: dict[str, int] = {}  # Tune trial id -> the epoch the scheduler stopped
+        #: Epoch reports received and not yet written (:meth:`record_epoch`, :meth:`write_epochs`).
+        self.epochs: list[tuple[_Candidate, dict[str, Any]]] = []
         self.fault = ""  # a database or disk fault met in a Tune hook: the run stops
         self.unclosed = 0  # trials this run could not close (the database was down)
         self.max_live = math.inf  # lowered by each infrastructure fault (never below 1)
@@ -255,6 +258,7 @@ class StudySearcher(Searcher):
         candidate = self.live.get(trial_id)
         if candidate is None:
             return
+        self._write_epochs()  # its last epochs before its ending
         if error:  # the text of the error reaches StudyCallback.on_trial_error next
             self.errored[trial_id] = self.live.pop(trial_id)
             return
@@ -277,11 +281,13 @@ class StudySearcher(Searcher):
         self.stopped_at[trial_id] = epoch
 
     # ------------------------------------------------------------------ StudyCallback's input
-    @_guarded
     def record_epoch(self, trial_id: str, result: dict[str, Any]) -> None:
-        """Write one epoch report to the study record (``StudyStore.record_epoch``). The
-        final report carries the last epoch (``studies.worker.trainable`` sends them as one):
-        recorded here, with that epoch's own value, unless an epoch report already did."""
+        """Keep one epoch report for the study record (``StudyStore.record_epoch``), written by
+        :meth:`write_epochs` at the end of Tune's step: Tune sends the trial its next step only
+        after its callbacks have seen the report, so the database's round trip is not the
+        trial's wait. The final report carries the last epoch (``studies.worker.trainable``
+        sends them as one): kept here, with that epoch's own value, unless an epoch report
+        already was."""
         candidate = self.live.get(trial_id)
         kind = kind_of(result)
         if candidate is None or kind is None:
@@ -293,7 +299,17 @@ class StudySearcher(Searcher):
         else:
             epoch = EpochResult.from_tune(result)
         candidate.epochs_reached = max(candidate.epochs_reached, epoch.epoch)
-        self.store.record_epoch(self.run.study, candidate.trial, epoch.record())
+        self.epochs.append((candidate, epoch.record()))
+
+    @_guarded
+    def write_epochs(self) -> None:
+        """Write the epoch reports kept since the last call (in the order received)."""
+        self._write_epochs()
+
+    def _write_epochs(self) -> None:
+        kept, self.epochs = self.epochs, []
+        for candidate, record in kept:
+            self.store.record_epoch(self.run.study, candidate.trial, record)
 
     @_guarded
     def record_error(self, trial_id: str, message: str, *, worker_setup: bool,
@@ -305,6 +321,7 @@ class StudySearcher(Searcher):
         candidate = self.errored.pop(trial_id, None) or self.live.pop(trial_id, None)
         if candidate is None:
             return
+        self._write_epochs()
         if worker_setup:
             self.pace.halt(f"Ray workers cannot start: {message}")
             self._interrupt(candidate)
@@ -340,6 +357,8 @@ class StudySearcher(Searcher):
 
     def close(self) -> None:
         """After ``Tuner.fit``: close what Tune left unfinished (an interrupted run)."""
+        if not self.fault:
+            self.write_epochs()
         for candidate in [*self.live.values(), *self.errored.values(), *self.pace.take_all()]:
             self._interrupt(candidate)
         self.live, self.errored = {}, {}
@@ -646,4 +665,5 @@ class StudyCallback(Callback):
         check_signal()  # a SIGINT/SIGTERM received stops the run here (studies.interrupts)
 
     def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        self.searcher.write_epochs()
         self.searcher.tick()

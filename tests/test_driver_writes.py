@@ -133,3 +133,41 @@ def test_the_memory_estimate_sent_with_a_trial_is_not_computed_again(
     gpu = TrialResources(Resources(cpu=1, gpu=0.5), TRAINING_WORKER_BASELINE_BYTES,
                          h.GEOMETRY, 64 * 2**30)
     assert gpu.from_profile(profile, settings) == 0 == gpu.estimate(config)
+
+
+def test_epoch_reports_are_written_at_the_steps_end_and_before_the_trials_ending(
+        run: StudyRun) -> None:
+    """The searcher keeps an epoch report until the end of Tune's step (Tune sends the trial
+    its next step first), then writes the rows in the order received; a trial's kept epochs,
+    the last one carried by its final report included, are written before its ending is."""
+    from studies.searcher import StudyCallback, StudySearcher
+    from studies.tune_report import EpochResult, FinalResult
+
+    searcher = StudySearcher(run, h.GEOMETRY)
+    callback = StudyCallback(searcher)
+    candidate = searcher._ask()
+    assert candidate is not None
+    searcher._launch("t1", candidate)
+
+    class Trial:
+        trial_id = "t1"
+
+    def epoch(n: int) -> EpochResult:
+        return EpochResult(epoch=n, metric="accuracy", value=n / 8, train_loss=1.0 / n)
+
+    def rows() -> list[tuple[int, float]]:
+        return [(r["epoch"], r["value"]) for r in read_epochs(run.storage.engine, "writes")]
+
+    for n in (1, 2):
+        callback.on_trial_result(0, [], Trial(), epoch(n).to_tune())
+    assert rows() == []  # kept: the step has not ended
+    callback.on_step_end(0, [])
+    assert rows() == [(1, 0.125), (2, 0.25)]
+    callback.on_trial_result(0, [], Trial(), epoch(3).to_tune())
+    final = FinalResult("completed", value=0.35, epoch=epoch(4), epochs_reached=4).to_tune()
+    callback.on_trial_result(0, [], Trial(), final)
+    searcher.on_trial_complete("t1", final)  # in the same step: its epochs first
+    assert rows() == [(1, 0.125), (2, 0.25), (3, 0.375), (4, 0.5)]
+    trial = run.storage.get_trial(candidate.trial._trial_id)
+    assert trial.state == optuna.trial.TrialState.COMPLETE
+    assert trial.intermediate_values == {1: 0.125, 2: 0.25, 3: 0.375, 4: 0.5}
