@@ -151,8 +151,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.trials < 1 or args.in_flight < 1:
         raise SystemExit("driver_trial.py: --trials and --in-flight must be at least 1")
-    from postgres_fixture import postgres_server
+    from postgres_fixture import find_postgres_bin, postgres_server
 
+    if find_postgres_bin() is None:
+        raise SystemExit("driver_trial.py: PostgreSQL is not installed (initdb, pg_ctl); "
+                         "`make system-deps` installs it")
     counts: collections.Counter[str] = collections.Counter()
     sa.event.listen(sa.engine.Engine, "commit", lambda *a, **k: counts.update(["commits"]))
     sa.event.listen(sa.engine.Engine, "before_cursor_execute",
