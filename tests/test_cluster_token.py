@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ import pytest
 import study_helpers as h
 from optuna.trial import TrialState
 from ports import free_ports
+from ray_nodes import START_TRIES, end_groups, start_node
 
 from studies import counted_trials
 
@@ -37,7 +37,6 @@ from studies import counted_trials
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
               pytest.mark.xdist_group("ray-start")]
 
-RAY = str(Path(sys.executable).with_name("ray"))
 #: Ports of one node besides the head's GCS port, each given explicitly.
 NODE_PORTS = ("--node-manager-port", "--object-manager-port", "--metrics-export-port",
               "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
@@ -78,27 +77,6 @@ class TokenCluster:
     root: Path
 
 
-def _start_node(args: list[str], env: dict[str, str], log: Path,
-                groups: list[int]) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen([RAY, "start", "--block", "--disable-usage-stats", *args],
-                                env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    groups.append(proc.pid)  # its own process group: raylet, GCS, workers and all
-    return proc
-
-
-def _wait_started(proc: subprocess.Popen[bytes], log: Path, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if "Ray runtime started" in log.read_text(errors="replace"):
-            return
-        if proc.poll() is not None:
-            pytest.fail(f"ray start ended: {log.read_text(errors='replace')[-3000:]}")
-        time.sleep(0.5)
-    pytest.fail(f"ray start did not start in time: {log.read_text(errors='replace')[-3000:]}")
-
-
 def _alive_nodes(cluster: TokenCluster) -> int:
     probe = (f"import ray; ray.init(address={cluster.address!r}, logging_level='ERROR'); "
              "print(sum(1 for n in ray.nodes() if n['Alive']))")
@@ -106,32 +84,6 @@ def _alive_nodes(cluster: TokenCluster) -> int:
                           **cluster.token_env), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     return int(done.stdout.split()[-1])
-
-
-def _end_groups(groups: list[int], grace: float = 15.0) -> None:
-    """SIGTERM each node's process group (ray start ends its processes), SIGKILL what is left."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        alive = []
-        for pgid in groups:
-            try:
-                os.killpg(pgid, sig)
-                alive.append(pgid)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + wait
-        while alive and time.monotonic() < deadline:
-            alive = [g for g in alive if _group_alive(g)]
-            time.sleep(0.3)
-        if not alive:
-            return
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +98,8 @@ def token_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TokenClu
     (root / "held").mkdir()
     node_env = _env(home, NAS_HELD_DIR=str(root / "held"), **token_env)
     groups: list[int] = []
-    ports = iter(free_ports(2 + 2 * (len(NODE_PORTS) + WORKER_PORTS)))
+    per_node = len(NODE_PORTS) + WORKER_PORTS
+    ports = iter(free_ports(START_TRIES * (2 + 2 * per_node)))  # every try's, all distinct
 
     def node_args(temp: str) -> list[str]:
         args = ["--temp-dir", str(root / temp), "--num-cpus", "1"]
@@ -155,17 +108,15 @@ def token_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TokenClu
         workers = [str(next(ports)) for _ in range(WORKER_PORTS)]
         return [*args, "--worker-port-list", ",".join(workers)]
 
+    def head_args() -> list[str]:
+        return ["--head", "--port", str(next(ports)), "--include-dashboard", "false",
+                "--dashboard-port", str(next(ports)), *node_args("head")]
+
     try:
-        gcs_port, dashboard_port = next(ports), next(ports)
-        address = f"127.0.0.1:{gcs_port}"
-        head_log = root / "head.log"
-        head = _start_node(["--head", "--port", str(gcs_port), "--include-dashboard", "false",
-                            "--dashboard-port", str(dashboard_port), *node_args("head")],
-                           node_env, head_log, groups)
-        _wait_started(head, head_log)
-        node_log = root / "node.log"
-        node = _start_node(["--address", address, *node_args("node")], node_env, node_log, groups)
-        _wait_started(node, node_log)
+        started = start_node(head_args, node_env, lambda n: root / f"head-{n}.log", groups)
+        address = f"127.0.0.1:{started[started.index('--port') + 1]}"
+        start_node(lambda: ["--address", address, *node_args("node")], node_env,
+                    lambda n: root / f"node-{n}.log", groups)
         cluster = TokenCluster(address, token_env, home, root)
         deadline = time.monotonic() + 120
         while _alive_nodes(cluster) < 2:
@@ -173,7 +124,7 @@ def token_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TokenClu
             time.sleep(1)
         yield cluster
     finally:
-        _end_groups(groups)
+        end_groups(groups)
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -27,6 +26,7 @@ import sqlalchemy as sa
 import study_helpers as h
 from optuna.trial import TrialState
 from ports import free_port
+from ray_nodes import end_groups, start_node
 
 from nas_cli.main import main as nas_main
 from studies import StudySpec, counted_trials, create_study, load_existing, run_study
@@ -233,28 +233,17 @@ def test_a_second_process_on_a_live_study_is_refused_and_the_budget_holds(tmp_pa
 @pytest.mark.xdist_group("ray-start")  # Ray's default ports: one such test at a time
 def test_nas_run_on_a_cluster_started_with_ray_start(tmp_path) -> None:
     """``ray start --head`` in its own session, then ``nas run --address``, as a user would."""
-    ray_bin = Path(os.environ.get("VIRTUAL_ENV", Path(h.NAS[0]).parent.parent)) / "bin" / "ray"
-    if not ray_bin.exists():
-        ray_bin = Path(h.NAS[0]).parent / "ray"
-    port = free_port()
     temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # Ray's socket paths must stay short
     env = h.subprocess_env(NAS_FAKE_SLEEP="0.1")
-    log = tmp_path / "head.log"
-    head = subprocess.Popen(
-        [str(ray_bin), "start", "--head", f"--port={port}", "--num-cpus=1",
-         "--include-dashboard=false", "--block", f"--temp-dir={temp}"],
-        env=env, cwd=tmp_path, stdout=log.open("w"), stderr=subprocess.STDOUT,
-        start_new_session=True)
+    groups: list[int] = []
+
+    def head_args() -> list[str]:
+        return ["--head", f"--port={free_port()}", "--num-cpus=1", "--include-dashboard=false",
+                f"--temp-dir={temp}"]
+
     try:
-        address = f"127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert head.poll() is None and time.monotonic() < deadline, log.read_text()
-                time.sleep(0.5)
+        started = start_node(head_args, env, lambda n: tmp_path / f"head-{n}.log", groups)
+        address = f"127.0.0.1:{started[1].removeprefix('--port=')}"
         url = f"sqlite:///{tmp_path / 's.db'}"
         path = h.write_study(tmp_path / "c.yaml", "on-cluster", budget={"trials": 3},
                              evaluator="study_helpers:slow")
@@ -267,12 +256,7 @@ def test_nas_run_on_a_cluster_started_with_ray_start(tmp_path) -> None:
         assert all(t.user_attrs.get(TrialKey.NODE) for t in trials
                    if t.user_attrs[TrialKey.STATUS] == Status.COMPLETED)
     finally:
-        if head.poll() is None:
-            os.killpg(head.pid, 15)
-            try:
-                head.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(head.pid, 9)
+        end_groups(groups)
         shutil.rmtree(temp, ignore_errors=True)
 
 
