@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 import study_helpers as h
 from optuna.trial import TrialState
+from ray_nodes import START_TRIES
 
 from studies import StudySpec, counted_trials, create_study, run_study
 
@@ -30,10 +32,22 @@ def cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Any]:
     (tmp_path / "meet").mkdir()
     monkeypatch.setenv("NAS_FAKE_MEET", str(tmp_path / "meet"))  # before the nodes start
     ray.shutdown()
-    cluster = Cluster(initialize_head=True,
-                      head_node_args={"num_cpus": 1, "include_dashboard": False})
+    for attempt in range(START_TRIES):  # Ray's fixed 30 s for a raylet to register: see ray_nodes
+        cluster = Cluster(initialize_head=True,
+                          head_node_args={"num_cpus": 1, "include_dashboard": False})
+        try:
+            cluster.add_node(num_cpus=1)
+            break
+        except Exception as err:
+            if "timed out during startup" not in str(err) or attempt == START_TRIES - 1:
+                cluster.shutdown()
+                raise
+            # The node that failed is tracked by nothing: end every process of the session.
+            assert cluster.head_node is not None
+            session = cluster.head_node.get_session_dir_path()
+            cluster.shutdown()
+            subprocess.run(["pkill", "-f", session], check=False)
     try:
-        cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
         yield cluster
     finally:
