@@ -24,7 +24,11 @@ per second while active (first start to last end), mean busy slots (summed trial
 that window), engine/Tune ratio, % of the ideal (trials * epochs * epoch-seconds / C), and the
 median seconds its sampler took per suggestion (``costaware`` records them on each trial,
 ``costaware:seconds``, its candidates' costing on the meta device included; the peer's sampler
-is timed by a wrapper that records the same, ``bench:suggest_seconds``).
+is timed by a wrapper that records the same, ``bench:suggest_seconds``). Below each arm's row, what
+its driver adds to a trial (the trials time themselves, ``$NAS_BENCH_TIMES``): the median and
+90th percentile of a report's round trip (Tune's function trainable waits for the driver to
+handle each result), a trial's seconds from ask to tell against its function's seconds on the
+worker, and the median and mean time from a tell to the next ask (the freed slot's refill).
 
 ``--faults`` runs, on a fresh small cluster, the fault scenarios: a worker node's raylet killed
 mid-run, the head killed mid-run then ``nas resume`` on a new cluster, the driver killed
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -327,6 +332,7 @@ class Row:
     ideal: float
     code: int
     suggest: float = float("nan")  # median seconds the sampler took per suggestion
+    latency: str = ""  # what the driver adds to a trial (:func:`latency`)
 
     def cells(self) -> str:
         return (f"{self.arm:<6} {self.concurrency:>4} {self.wall:8.1f} {self.first:8.1f} "
@@ -383,8 +389,43 @@ def run_arm(arm: str, cluster: Cluster, url: str, folder: Path, concurrency: int
             NAS_BENCH_EPOCH_SECONDS=str(seconds)), stdout=out, stderr=subprocess.STDOUT,
             timeout=6 * 3600)
     wall = time.monotonic() - clock
-    return measure(url, name, arm, concurrency, started, wall,
-                   trials * epochs * seconds / concurrency, done.returncode)
+    row = measure(url, name, arm, concurrency, started, wall,
+                  trials * epochs * seconds / concurrency, done.returncode)
+    row.latency = latency(folder / "times", "nas" if arm == "nas" else "tune",
+                          started.timestamp(), url, name)
+    return row
+
+
+def latency(times: Path, arm: str, since: float, url: str, name: str) -> str:
+    """What the driver adds to a trial, from the lines ``benchmarks/_sleep_trial.py`` wrote
+    (``$NAS_BENCH_TIMES``): the median round trip of a report (the worker waits for the driver
+    to handle each result), and the median of a trial's seconds in the database (ask to tell)
+    against the mean seconds its function ran on the worker (their difference is the launch
+    and the end)."""
+    import optuna
+
+    lines = [json.loads(line) for f in sorted(times.glob("*.jsonl"))
+             for line in f.read_text().splitlines() if line.strip()]
+    mine = [x for x in lines if x["arm"] == arm and x["entered"] >= since]
+    trips = [r for x in mine for r in x["reports"] if r > 1e-3]  # the engine's held report: 0
+    if not mine or not trips:
+        return ""
+    ran = statistics.mean(x["left"] - x["entered"] for x in mine)
+    trials = [t for t in optuna.load_study(study_name=name, storage=url).get_trials(
+        deepcopy=False) if t.datetime_complete is not None and t.datetime_start is not None]
+    spans = [(t.datetime_complete - t.datetime_start).total_seconds() for t in trials]
+    asks = sorted(t.datetime_start.timestamp() for t in trials)
+    tells = sorted(t.datetime_complete.timestamp() for t in trials)
+    # A slot freed by a tell is taken by the next ask after it (while the budget lasts).
+    gaps = [next(a for a in asks if a >= told) - told for told in tells
+            if sum(a >= told for a in asks) > 0]
+    q = statistics.quantiles(trips, n=10)
+    return (f"  {arm}: a report's round trip median {statistics.median(trips) * 1000:.1f} ms "
+            f"(p90 {q[-1] * 1000:.1f}, {len(trips)} reports); a trial "
+            f"{statistics.median(spans):.3f} s ask to tell (median, mean "
+            f"{statistics.mean(spans):.3f}), its function {ran:.3f} s on the worker (mean, "
+            f"{len(mine)} trials); a tell to the next ask median "
+            f"{statistics.median(gaps) * 1000:.0f} ms (mean {statistics.mean(gaps) * 1000:.0f})")
 
 
 # ----------------------------------------------------------------------------- faults
@@ -507,8 +548,10 @@ def main() -> None:
             fault_scenarios(args, root, pg, stack)
             return
         memory = args.cpus_per_node * 2 * GIB  # Ray's logical `memory`: CPUs bound the slots
+        (root / "times").mkdir()
         cluster = Cluster(root, args.nodes, args.cpus_per_node, memory,
-                          env(NAS_BENCH_EPOCH_SECONDS=str(args.epoch_seconds)))
+                          env(NAS_BENCH_EPOCH_SECONDS=str(args.epoch_seconds),
+                              NAS_BENCH_TIMES=str(root / "times")))
         stack.callback(cluster.stop)  # before it starts: a node that fails ends the others
         cluster.start()
         log = Path(os.environ.get("NAS_BENCH_LOG") or root / "drivers.log")
@@ -535,6 +578,8 @@ def main() -> None:
                 pair[arm] = row
                 rows.append(row)
                 print(row.cells(), flush=True)
+                if row.latency:
+                    print(row.latency, flush=True)
             if "nas" in pair and "tune" in pair and pair["tune"].per_second > 0:
                 print(f"  engine/Tune at C={c}: trials/s "
                       f"{pair['nas'].per_second / pair['tune'].per_second:.2f}x, wall "
