@@ -88,6 +88,10 @@ def check_resources(resources: Resources) -> None:
                 "up to what one node of the cluster holds.")
 
 
+#: What Ray's ``Node`` raises when a raylet it started did not register with the GCS in 30 s.
+_RAY_START_TIMEOUT = "timed out during startup"
+
+
 def _init(address: str | None) -> None:
     import ray
     from ray.exceptions import AuthenticationError
@@ -111,6 +115,13 @@ def _init(address: str | None) -> None:
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise NasError(f"Cannot reach the Ray cluster at {address!r}: "
                        f"{first_line(exc)}") from None
+    except Exception as exc:  # Ray raises a bare Exception when a node it starts is too slow
+        if _RAY_START_TIMEOUT not in str(exc):
+            raise
+        raise NasError(f"Ray could not start its node on this machine: {first_line(exc)} "
+                       "(Ray gives a new node 30 s to register, a constant of Ray's). Run "
+                       "again when the machine is less loaded, or start Ray once with `ray "
+                       "start --head` and pass `--address`.") from None
 
 
 def _fits(node: Mapping[str, float], resources: Resources, memory: float) -> bool:
