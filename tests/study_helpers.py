@@ -70,9 +70,16 @@ def start_ray() -> None:
     import ray
 
     worker_env()
-    if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.ERROR,
-                 log_to_driver=False)
+    for attempt in range(3):  # Ray's fixed 30 s for its raylet to register (tests/ray_nodes.py)
+        if ray.is_initialized():
+            break
+        try:
+            ray.init(address="local", num_cpus=2, include_dashboard=False,
+                     logging_level=logging.ERROR, log_to_driver=False)
+        except Exception as exc:
+            if "timed out during startup" not in str(exc) or attempt == 2:
+                raise
+            ray.shutdown()
     # Were Ray started elsewhere without our PYTHONPATH, workers could not import the
     # evaluators by name: send them by value.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
