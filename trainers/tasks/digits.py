@@ -17,8 +17,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 from nas.errors import ConfigError
 from nas.tasks import TaskGeometry
@@ -49,6 +47,11 @@ def build(
         raise ConfigError(f"`in_chans` must be 1 or 3, but got in_chans={in_chans}.")
     if not 0.0 < val_fraction < 1.0:
         raise ConfigError(f"`0 < val_fraction < 1` must hold, but got val_fraction={val_fraction}.")
+    # Imported here: scikit-learn takes about a second to import, and a driver that checks the
+    # task without its data (a study with its own evaluator) never builds it.
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
     digits = load_digits()
     images = np.asarray(digits.images, dtype=np.float32)  # (1797, 8, 8), values 0..16
     labels = np.asarray(digits.target, dtype=np.int64)
