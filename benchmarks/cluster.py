@@ -392,16 +392,17 @@ def run_arm(arm: str, cluster: Cluster, url: str, folder: Path, concurrency: int
     row = measure(url, name, arm, concurrency, started, wall,
                   trials * epochs * seconds / concurrency, done.returncode)
     row.latency = latency(folder / "times", "nas" if arm == "nas" else "tune",
-                          started.timestamp(), url, name)
+                          started.timestamp(), url, name, concurrency)
     return row
 
 
-def latency(times: Path, arm: str, since: float, url: str, name: str) -> str:
+def latency(times: Path, arm: str, since: float, url: str, name: str, concurrency: int) -> str:
     """What the driver adds to a trial, from the lines ``benchmarks/_sleep_trial.py`` wrote
     (``$NAS_BENCH_TIMES``): the median round trip of a report (the worker waits for the driver
     to handle each result), and the median of a trial's seconds in the database (ask to tell)
     against the mean seconds its function ran on the worker (their difference is the launch
-    and the end)."""
+    and the end), and the mean past the first ``concurrency`` trials asked (those wait for
+    their worker processes to start)."""
     import optuna
 
     lines = [json.loads(line) for f in sorted(times.glob("*.jsonl"))
@@ -411,11 +412,13 @@ def latency(times: Path, arm: str, since: float, url: str, name: str) -> str:
     if not mine or not trips:
         return ""
     ran = statistics.mean(x["left"] - x["entered"] for x in mine)
-    trials = [t for t in optuna.load_study(study_name=name, storage=url).get_trials(
-        deepcopy=False) if t.datetime_complete is not None and t.datetime_start is not None]
-    spans = [(t.datetime_complete - t.datetime_start).total_seconds() for t in trials]
-    asks = sorted(t.datetime_start.timestamp() for t in trials)
-    tells = sorted(t.datetime_complete.timestamp() for t in trials)
+    ended = sorted((t.datetime_start.timestamp(), t.datetime_complete.timestamp())
+                   for t in optuna.load_study(study_name=name, storage=url).get_trials(
+                       deepcopy=False)
+                   if t.datetime_complete is not None and t.datetime_start is not None)
+    spans = [told - asked for asked, told in ended]  # in the order asked
+    asks = [asked for asked, _ in ended]
+    tells = sorted(told for _, told in ended)
     # A slot freed by a tell is taken by the next ask after it (while the budget lasts).
     gaps = [next(a for a in asks if a >= told) - told for told in tells
             if sum(a >= told for a in asks) > 0]
@@ -423,7 +426,9 @@ def latency(times: Path, arm: str, since: float, url: str, name: str) -> str:
     return (f"  {arm}: a report's round trip median {statistics.median(trips) * 1000:.1f} ms "
             f"(p90 {q[-1] * 1000:.1f}, {len(trips)} reports); a trial "
             f"{statistics.median(spans):.3f} s ask to tell (median, mean "
-            f"{statistics.mean(spans):.3f}), its function {ran:.3f} s on the worker (mean, "
+            f"{statistics.mean(spans):.3f}, past the first {concurrency} "
+            f"{statistics.mean(spans[concurrency:] or spans):.3f}), its function {ran:.3f} s on "
+            "the worker (mean, "
             f"{len(mine)} trials); a tell to the next ask median "
             f"{statistics.median(gaps) * 1000:.0f} ms (mean {statistics.mean(gaps) * 1000:.0f})")
 
