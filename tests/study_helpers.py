@@ -9,10 +9,12 @@ its settings, so tests can predict them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import signal
 import sqlite3
 import sys
 import time
@@ -73,16 +75,33 @@ def start_ray() -> None:
     for attempt in range(3):  # Ray's fixed 30 s for its raylet to register (tests/ray_nodes.py)
         if ray.is_initialized():
             break
+        before = _children()
         try:
             ray.init(address="local", num_cpus=2, include_dashboard=False,
                      logging_level=logging.ERROR, log_to_driver=False)
         except Exception as exc:
             if "timed out during startup" not in str(exc) or attempt == 2:
                 raise
+            # The failed start's GCS, raylet and helpers are this process's children and
+            # nothing tracks them (ray.shutdown does not): end them before the next try.
+            for pid in _children() - before:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
             ray.shutdown()
     # Were Ray started elsewhere without our PYTHONPATH, workers could not import the
     # evaluators by name: send them by value.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def _children() -> set[int]:
+    """This process's child processes (Linux: from ``/proc``)."""
+    me, found = str(os.getpid()), set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError):
+            # "pid (comm) state ppid ...": comm may hold spaces, so split after its ")".
+            if stat.read_text().rpartition(")")[2].split()[1] == me:
+                found.add(int(stat.parent.name))
+    return found
 
 
 @pytest.fixture()
