@@ -27,8 +27,9 @@ median seconds its sampler took per suggestion (``costaware`` records them on ea
 is timed by a wrapper that records the same, ``bench:suggest_seconds``). Below each arm's row, what
 its driver adds to a trial (the trials time themselves, ``$NAS_BENCH_TIMES``): the median and
 90th percentile of a report's round trip (Tune's function trainable waits for the driver to
-handle each result), a trial's seconds from ask to tell against its function's seconds on the
-worker, and the median and mean time from a tell to the next ask (the freed slot's refill).
+handle each result), a trial's seconds from ask to tell (median, mean, and mean past the first C
+trials asked, whose worker processes start) against its function's seconds on the worker, and
+the median and mean time from a tell to the next ask (the freed slot's refill).
 
 ``--faults`` runs, on a fresh small cluster, the fault scenarios: a worker node's raylet killed
 mid-run, the head killed mid-run then ``nas resume`` on a new cluster, the driver killed
@@ -39,6 +40,7 @@ was left RUNNING and whether the budget held (counted trials == budget).
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import json
 import os
@@ -333,6 +335,8 @@ class Row:
     code: int
     suggest: float = float("nan")  # median seconds the sampler took per suggestion
     latency: str = ""  # what the driver adds to a trial (:func:`latency`)
+    #: Each finished trial's (ask, tell) as POSIX seconds, in the order asked.
+    ended: list[tuple[float, float]] = field(default_factory=list)
 
     def cells(self) -> str:
         return (f"{self.arm:<6} {self.concurrency:>4} {self.wall:8.1f} {self.first:8.1f} "
@@ -363,9 +367,11 @@ def measure(url: str, name: str, arm: str, concurrency: int, started: datetime, 
 
     spent = [s for t in trials for key in (SECONDS_KEY, PEER_SECONDS)
              if isinstance(s := t.system_attrs.get(key), (int, float))]
+    ended = sorted((t.datetime_start.timestamp(), t.datetime_complete.timestamp())
+                   for t in trials if t.datetime_start and t.datetime_complete)
     return Row(arm, concurrency, wall, (first - started).total_seconds(), len(trials),
                len(trials) / window, busy / window, ideal, code,
-               statistics.median(spent) if spent else float("nan"))
+               statistics.median(spent) if spent else float("nan"), ended=ended)
 
 
 def run_arm(arm: str, cluster: Cluster, url: str, folder: Path, concurrency: int,
@@ -392,36 +398,30 @@ def run_arm(arm: str, cluster: Cluster, url: str, folder: Path, concurrency: int
     row = measure(url, name, arm, concurrency, started, wall,
                   trials * epochs * seconds / concurrency, done.returncode)
     row.latency = latency(folder / "times", "nas" if arm == "nas" else "tune",
-                          started.timestamp(), url, name, concurrency)
+                          started.timestamp(), row.ended, concurrency)
     return row
 
 
-def latency(times: Path, arm: str, since: float, url: str, name: str, concurrency: int) -> str:
+def latency(times: Path, arm: str, since: float, ended: list[tuple[float, float]],
+            concurrency: int) -> str:
     """What the driver adds to a trial, from the lines ``benchmarks/_sleep_trial.py`` wrote
     (``$NAS_BENCH_TIMES``): the median round trip of a report (the worker waits for the driver
     to handle each result), and the median of a trial's seconds in the database (ask to tell)
     against the mean seconds its function ran on the worker (their difference is the launch
     and the end), and the mean past the first ``concurrency`` trials asked (those wait for
     their worker processes to start)."""
-    import optuna
-
     lines = [json.loads(line) for f in sorted(times.glob("*.jsonl"))
              for line in f.read_text().splitlines() if line.strip()]
     mine = [x for x in lines if x["arm"] == arm and x["entered"] >= since]
     trips = [r for x in mine for r in x["reports"] if r > 1e-3]  # the engine's held report: 0
-    if not mine or not trips:
+    if not mine or not trips or not ended:
         return ""
     ran = statistics.mean(x["left"] - x["entered"] for x in mine)
-    ended = sorted((t.datetime_start.timestamp(), t.datetime_complete.timestamp())
-                   for t in optuna.load_study(study_name=name, storage=url).get_trials(
-                       deepcopy=False)
-                   if t.datetime_complete is not None and t.datetime_start is not None)
     spans = [told - asked for asked, told in ended]  # in the order asked
     asks = [asked for asked, _ in ended]
-    tells = sorted(told for _, told in ended)
     # A slot freed by a tell is taken by the next ask after it (while the budget lasts).
-    gaps = [next(a for a in asks if a >= told) - told for told in tells
-            if sum(a >= told for a in asks) > 0]
+    gaps = [asks[i] - told for _, told in ended
+            if (i := bisect.bisect_left(asks, told)) < len(asks)] or [float("nan")]
     q = statistics.quantiles(trips, n=10)
     return (f"  {arm}: a report's round trip median {statistics.median(trips) * 1000:.1f} ms "
             f"(p90 {q[-1] * 1000:.1f}, {len(trips)} reports); a trial "

@@ -16,11 +16,13 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["RAY", "START_TRIES", "end_groups", "start_node", "wait_started"]
+__all__ = ["RAY", "START_TIMEOUT", "START_TRIES", "end_groups", "start_node", "wait_started"]
 
 RAY = str(Path(sys.executable).with_name("ray"))
 #: Tries per node: see :func:`start_node`.
 START_TRIES = 3
+#: What Ray says when a node's raylet did not register with the GCS in its 30 s.
+START_TIMEOUT = "timed out during startup"
 
 
 def start_node(args_of: Callable[[], list[str]], env: dict[str, str],
@@ -55,7 +57,7 @@ def wait_started(proc: subprocess.Popen[bytes], log: Path, timeout: float = 180)
         if "Ray runtime started" in text:
             return True
         if proc.poll() is not None:
-            if "timed out during startup" in text:
+            if START_TIMEOUT in text:
                 return False
             pytest.fail(f"ray start ended: {text[-3000:]}")
         time.sleep(0.5)

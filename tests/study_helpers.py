@@ -25,6 +25,7 @@ from typing import Any
 import optuna
 import pytest
 import yaml
+from ray_nodes import START_TIMEOUT, START_TRIES
 
 from nas.tasks import TaskGeometry
 from studies.store import TrialKey
@@ -72,7 +73,7 @@ def start_ray() -> None:
     import ray
 
     worker_env()
-    for attempt in range(3):  # Ray's fixed 30 s for its raylet to register (tests/ray_nodes.py)
+    for attempt in range(START_TRIES):  # Ray's fixed 30 s for its raylet to register
         if ray.is_initialized():
             break
         before = _children()
@@ -80,7 +81,7 @@ def start_ray() -> None:
             ray.init(address="local", num_cpus=2, include_dashboard=False,
                      logging_level=logging.ERROR, log_to_driver=False)
         except Exception as exc:
-            if "timed out during startup" not in str(exc) or attempt == 2:
+            if START_TIMEOUT not in str(exc) or attempt == START_TRIES - 1:
                 raise
             # The failed start's GCS, raylet and helpers are this process's children and
             # nothing tracks them (ray.shutdown does not): end them before the next try.

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import study_helpers as h
 from optuna.trial import TrialState
-from ray_nodes import START_TRIES
+from ray_nodes import START_TIMEOUT, START_TRIES
 
 from studies import StudySpec, counted_trials, create_study, run_study
 
@@ -39,14 +39,13 @@ def cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Any]:
             cluster.add_node(num_cpus=1)
             break
         except Exception as err:
-            if "timed out during startup" not in str(err) or attempt == START_TRIES - 1:
-                cluster.shutdown()
-                raise
             # The node that failed is tracked by nothing: end every process of the session.
             assert cluster.head_node is not None
             session = cluster.head_node.get_session_dir_path()
             cluster.shutdown()
             subprocess.run(["pkill", "-f", session], check=False)
+            if START_TIMEOUT not in str(err) or attempt == START_TRIES - 1:
+                raise
     try:
         cluster.wait_for_nodes()
         yield cluster
