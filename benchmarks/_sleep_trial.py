@@ -61,6 +61,14 @@ def evaluate(arch: dict[str, Any], settings: dict[str, Any], task: str,
     took: list[float] = []
     if report is not None:
         report = _timed(report, took)
+    try:
+        return _sleep(arch, settings, report)
+    finally:
+        _write_times("nas", entered, took)
+
+
+def _sleep(arch: dict[str, Any], settings: dict[str, Any],
+           report: Callable[[dict[str, Any]], bool] | None) -> dict[str, Any]:
     accuracy, _ = made_up(arch)
     epochs, pause = [], _epoch_seconds()
     for epoch in range(1, int(settings["epochs"]) + 1):
@@ -69,10 +77,8 @@ def evaluate(arch: dict[str, Any], settings: dict[str, Any], task: str,
                "value": accuracy, "seconds": pause, "extra": {}}
         epochs.append(row)
         if report is not None and report(row):
-            _write_times("nas", entered, took)
             return {"status": "stopped", "value": accuracy, "epochs": epochs,
                     "seconds": pause * epoch, "metric": "accuracy"}
-    _write_times("nas", entered, took)
     return {"status": "completed", "value": accuracy, "epochs": epochs,
             "seconds": pause * len(epochs), "samples_per_second": 0.0, "metric": "accuracy"}
 
@@ -86,10 +92,12 @@ def tune_trainable(config: dict[str, Any]) -> None:
     report = _timed(tune.report, took)
     accuracy, params = made_up(config["arch"])
     pause = _epoch_seconds()
-    for _ in range(int(config["epochs"])):
-        time.sleep(pause)
-        report({"accuracy": accuracy, "params": params})
-    _write_times("tune", entered, took)
+    try:
+        for _ in range(int(config["epochs"])):
+            time.sleep(pause)
+            report({"accuracy": accuracy, "params": params})
+    finally:
+        _write_times("tune", entered, took)
 
 
 class QuickstartSpace:

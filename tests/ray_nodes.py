@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["RAY", "START_TIMEOUT", "START_TRIES", "end_groups", "start_node", "wait_started"]
+__all__ = ["RAY", "START_TIMEOUT", "START_TRIES", "end_groups", "start_node"]
 
 RAY = str(Path(sys.executable).with_name("ray"))
 #: Tries per node: see :func:`start_node`.
@@ -41,14 +41,14 @@ def start_node(args_of: Callable[[], list[str]], env: dict[str, str],
                                     env=env, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True)
         groups.append(proc.pid)  # its own process group: raylet, GCS, workers and all
-        if wait_started(proc, log):
+        if _wait_started(proc, log):
             return args
         end_groups([proc.pid])
     pytest.fail(f"ray start timed out registering {START_TRIES} times: "
                 f"{log.read_text(errors='replace')[-3000:]}")
 
 
-def wait_started(proc: subprocess.Popen[bytes], log: Path, timeout: float = 180) -> bool:
+def _wait_started(proc: subprocess.Popen[bytes], log: Path, timeout: float = 180) -> bool:
     """True once the node started; False when ``ray start`` ended because its raylet did not
     register in time (worth another try); fails the test on any other ending or at timeout."""
     deadline = time.monotonic() + timeout
