@@ -11,8 +11,11 @@ the made-up accuracies of ``benchmarks/_sleep_trial.py``, so nothing trains:
   epochs, no early stopping) created by ``studies.engine.create_study``; each trial is the
   searcher's own path (``StudySearcher._ask`` and ``_launch``: Optuna's ask with the sampler,
   the parameters drawn, a new architecture's traced pass, its launch attributes), three epoch
-  reports as Tune hands them over (``record_epoch``, written at the step's end) and the final
-  one (``on_trial_complete``);
+  reports as Tune hands them over (``record_epoch``; written at a step's end at most once a
+  second, ``studies.searcher.EPOCH_WRITE_SECONDS``) and the final one (``on_trial_complete``,
+  with the epochs still kept). The reports arrive as on the cluster benchmark's schedule: each
+  trial's 4 epochs one second apart on a simulated clock (the one the searcher's write
+  interval reads), a freed slot asked into at once;
 - the peer: what ``OptunaSearch`` does with the database for the same trial: ``Study.ask``
   with multivariate TPE and a constant liar, the define-by-run space, ``Study.tell`` (it
   reports no epochs of a multi-objective study).
@@ -28,10 +31,13 @@ from __future__ import annotations
 
 import argparse
 import collections
+import heapq
+import math
 import statistics
 import sys
 import tempfile
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -95,26 +101,32 @@ def engine(url: str, folder: str, trials: int, in_flight: int, phases: Phases) -
         def __init__(self, trial_id: str) -> None:
             self.trial_id = trial_id
 
-    live: collections.deque[tuple[str, float]] = collections.deque()
-    asked = done = 0
+    clock = [0.0]  # the simulated cluster's seconds: what the searcher's write interval reads
+    searcher_module.time = types.SimpleNamespace(  # type: ignore[attr-defined]
+        monotonic=lambda: clock[0])
+    events: list[tuple[float, int, str, int, float]] = []  # (at, order, trial, epoch, accuracy)
+    asked = done = order = 0
     began = time.perf_counter()
     while done < trials:
-        while len(live) < in_flight and asked < trials + 100:
+        while len({e[2] for e in events}) < in_flight and asked < trials + 100:
             asked += 1
             tid = f"t{asked}"
             start = time.perf_counter()
             candidate = searcher._ask()
             if candidate is not None:
                 searcher._launch(tid, candidate)
-                live.append((tid, made_up(candidate.attrs[TrialKey.ARCH])[0]))
+                accuracy = made_up(candidate.attrs[TrialKey.ARCH])[0]
+                for epoch in range(1, EPOCHS + 1):
+                    order += 1
+                    heapq.heappush(events, (clock[0] + epoch, order, tid, epoch, accuracy))
             phases.seconds["suggest (all)"].append(time.perf_counter() - start)
-        tid, accuracy = live.popleft()
-        for epoch in range(1, EPOCHS):
-            report = EpochResult(epoch=epoch, metric="accuracy", value=accuracy, train_loss=1.0)
+        clock[0], _, tid, epoch, accuracy = heapq.heappop(events)
+        report = EpochResult(epoch=epoch, metric="accuracy", value=accuracy, train_loss=1.0)
+        if epoch < EPOCHS:
             callback.on_trial_result(0, [], Trial(tid), report.to_tune())
             write_epochs()  # Tune's step ends
-        last = EpochResult(epoch=EPOCHS, metric="accuracy", value=accuracy, train_loss=1.0)
-        final = FinalResult("completed", value=accuracy, epoch=last,
+            continue
+        final = FinalResult("completed", value=accuracy, epoch=report,
                             epochs_reached=EPOCHS).to_tune()
         callback.on_trial_result(0, [], Trial(tid), final)
         complete(tid, final)
@@ -177,8 +189,10 @@ def main() -> None:
                   f"a trial: {counts['commits'] / args.trials:.1f} commits, "
                   f"{counts['statements'] / args.trials:.1f} statements")
             for name, seconds in phases.seconds.items():
+                tail = sorted(seconds)[max(0, math.ceil(0.99 * len(seconds)) - 1)]
                 print(f"  {name:24s} {len(seconds):4d} calls, median "
-                      f"{1e3 * statistics.median(seconds):6.1f} ms, "
+                      f"{1e3 * statistics.median(seconds):6.1f} ms, p99 {1e3 * tail:6.1f}, "
+                      f"max {1e3 * max(seconds):6.1f}, "
                       f"{1e3 * sum(seconds) / args.trials:6.1f} ms a trial")
             print(f"  {'driver work a trial':24s} {1e3 * totals[arm]:6.1f} ms "
                   "(suggest, epochs, end)")

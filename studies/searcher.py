@@ -13,7 +13,8 @@ and hands Tune only what must train. ``on_trial_complete`` tells the study how t
 deadline and the waiting twins are ``studies._pace.Pace``'s; the scheduler tells what it stopped
 through ``on_stop``. ``StudyCallback`` is the searcher's view of what Tune does not show a
 searcher: every epoch report (the one a scheduler stops on included; written to the database at
-the end of Tune's step, once Tune has sent the trial on, and before the trial's ending is), the
+the end of Tune's step, once Tune has sent the trial on, at most once each
+``EPOCH_WRITE_SECONDS`` in one transaction, and in the transaction of a trial's ending), the
 error of a failed trial, and a clock for the progress line.
 
 Optuna's storage is the record: Tune's trial ids are kept only while the run lives.
@@ -25,6 +26,7 @@ import functools
 import json
 import math
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -78,6 +80,12 @@ def _guarded(method: _F) -> _F:
 #: Times one configuration is run again after an infrastructure fault; the next such fault
 #: fails it (counted): a network that Ray's memory monitor kills every time is too big.
 MAX_INFRASTRUCTURE_RERUNS = 2
+
+#: The epoch reports kept at the end of Tune's steps are written at most once in this many
+#: seconds, together (one transaction); a trial's ending writes every kept report with it. A
+#: study of short trials then commits a few times a second, not once per report; the dashboard
+#: and ``nas status`` see an epoch at most this late.
+EPOCH_WRITE_SECONDS = 1.0
 
 
 def _cost_and_memory(config: Any, geometry: TaskGeometry) -> tuple[Cost, MemoryProfile]:
@@ -192,6 +200,7 @@ class StudySearcher(Searcher):
         self.stopped_at: dict[str, int] = {}  # Tune trial id -> the epoch the scheduler stopped
         #: Epoch reports received and not yet written (:meth:`record_epoch`, :meth:`write_epochs`).
         self.epochs: list[tuple[_Candidate, dict[str, Any]]] = []
+        self.epochs_written = -math.inf  # time.monotonic() of the last write at a step's end
         self.fault = ""  # a database or disk fault met in a Tune hook: the run stops
         self.unclosed = 0  # trials this run could not close (the database was down)
         self.max_live = math.inf  # lowered by each infrastructure fault (never below 1)
@@ -258,22 +267,26 @@ class StudySearcher(Searcher):
         candidate = self.live.get(trial_id)
         if candidate is None:
             return
-        self._write_epochs()  # its last epochs before its ending
         if error:  # the text of the error reaches StudyCallback.on_trial_error next
             self.errored[trial_id] = self.live.pop(trial_id)
             return
         self.live.pop(trial_id)
         result = result or {}
-        if trial_id in self.stopped_at:  # its last result is the epoch it was stopped at
-            self.stopped_at.pop(trial_id)
-            self._finish(candidate, replace(
-                FinalResult.from_tune(result), status=Status.STOPPED,
-                seconds=result.get("time_total_s"),
-                reason=f"stopped early by the scheduler at epoch {candidate.epochs_reached}"))
-        elif kind_of(result) == "final":
-            self._finish(candidate, FinalResult.from_tune(result))
-        else:  # Tune ended it before its final report: the run is ending under it
-            self._interrupt(candidate)
+        try:
+            if trial_id in self.stopped_at:  # its last result is the epoch it was stopped at
+                self.stopped_at.pop(trial_id)
+                self._finish(candidate, replace(
+                    FinalResult.from_tune(result), status=Status.STOPPED,
+                    seconds=result.get("time_total_s"),
+                    reason=f"stopped early by the scheduler at epoch {candidate.epochs_reached}"))
+            elif kind_of(result) == "final":
+                self._finish(candidate, FinalResult.from_tune(result))
+            else:  # Tune ended it before its final report: the run is ending under it
+                self._write_epochs()
+                self._interrupt(candidate)
+        except BaseException:  # its ending was not written: closed with the run (close())
+            self.live.setdefault(trial_id, candidate)
+            raise
 
     # ------------------------------------------------------------------ the scheduler's input
     def on_stop(self, trial_id: str, epoch: int) -> None:
@@ -282,12 +295,12 @@ class StudySearcher(Searcher):
 
     # ------------------------------------------------------------------ StudyCallback's input
     def record_epoch(self, trial_id: str, result: dict[str, Any]) -> None:
-        """Keep one epoch report for the study record (``StudyStore.record_epoch``), written by
-        :meth:`write_epochs` at the end of Tune's step: Tune sends the trial its next step only
+        """Keep one epoch report for the study record (``StudyStore.record_epochs``), written by
+        :meth:`write_epochs` at the end of Tune's step (Tune sends the trial its next step only
         after its callbacks have seen the report, so the database's round trip is not the
-        trial's wait. The final report carries the last epoch (``studies.worker.trainable``
-        sends them as one): kept here, with that epoch's own value, unless an epoch report
-        already was."""
+        trial's wait), or with a trial's ending. The final report carries the last epoch
+        (``studies.worker.trainable`` sends them as one): kept here, with that epoch's own value,
+        unless an epoch report already was."""
         candidate = self.live.get(trial_id)
         kind = kind_of(result)
         if candidate is None or kind is None:
@@ -302,14 +315,24 @@ class StudySearcher(Searcher):
         self.epochs.append((candidate, epoch.record()))
 
     @_guarded
-    def write_epochs(self) -> None:
-        """Write the epoch reports kept since the last call (in the order received)."""
-        self._write_epochs()
+    def write_epochs(self, *, now: bool = False) -> None:
+        """At the end of Tune's step: write the epoch reports kept (in the order received, one
+        transaction) where ``EPOCH_WRITE_SECONDS`` have passed since the last such write, or
+        ``now``."""
+        if not self.epochs:
+            return
+        at = time.monotonic()
+        if now or at - self.epochs_written >= EPOCH_WRITE_SECONDS:
+            self.epochs_written = at
+            self._write_epochs()
 
     def _write_epochs(self) -> None:
+        self.store.record_epochs(self.run.study, self._take_epochs())
+
+    def _take_epochs(self) -> list[tuple[optuna.Trial, dict[str, Any]]]:
+        """The epoch reports kept, to write (with an ending, or by :meth:`_write_epochs`)."""
         kept, self.epochs = self.epochs, []
-        for candidate, record in kept:
-            self.store.record_epoch(self.run.study, candidate.trial, record)
+        return [(candidate.trial, record) for candidate, record in kept]
 
     @_guarded
     def record_error(self, trial_id: str, message: str, *, worker_setup: bool,
@@ -321,7 +344,8 @@ class StudySearcher(Searcher):
         candidate = self.errored.pop(trial_id, None) or self.live.pop(trial_id, None)
         if candidate is None:
             return
-        self._write_epochs()
+        if worker_setup or infrastructure:
+            self._write_epochs()
         if worker_setup:
             self.pace.halt(f"Ray workers cannot start: {message}")
             self._interrupt(candidate)
@@ -358,7 +382,7 @@ class StudySearcher(Searcher):
     def close(self) -> None:
         """After ``Tuner.fit``: close what Tune left unfinished (an interrupted run)."""
         if not self.fault:
-            self.write_epochs()
+            self.write_epochs(now=True)
         for candidate in [*self.live.values(), *self.errored.values(), *self.pace.take_all()]:
             self._interrupt(candidate)
         self.live, self.errored = {}, {}
@@ -422,7 +446,6 @@ class StudySearcher(Searcher):
         run, spec = self.run, self.run.spec
         with self.asking.snapshot():  # one read of the study's trials for this suggestion
             trial = self.asking.ask()
-            self._record_choice(trial)
             try:  # the sampler reads and writes the database: retried like any write
                 config, train_overrides = self.asking.draw(
                     lambda: suggest(run.space, trial, spec.smoke))
@@ -430,8 +453,10 @@ class StudySearcher(Searcher):
                 self._abandon(trial)
                 raise
             except NasError as exc:  # a space that lets an invalid config through: go on
+                self._record_choice(trial)
                 self._reject(trial, str(exc), {})
                 return None
+            self._record_choice(trial)
         try:
             cost = self._cost(config)
         except NasError as exc:  # a space that lets an invalid config through: record, go on
@@ -453,8 +478,9 @@ class StudySearcher(Searcher):
 
     def _record_choice(self, trial: optuna.Trial) -> None:
         """Keep what the sampler recorded with ``trial`` (its gain and noise) for
-        :meth:`_converged`: read back once it was asked (the sampler chose and wrote them
-        then), with ``budget.until: converged`` alone."""
+        :meth:`_converged`: read back once its parameters were drawn (the sampler chose them
+        when it was asked; they are written with the parameters), with ``budget.until:
+        converged`` alone."""
         if self.recorded is not None:
             self.recorded.append(self.run.storage.get_trial(trial._trial_id).system_attrs)
 
@@ -547,8 +573,10 @@ class StudySearcher(Searcher):
         self._told(Status.INTERRUPTED)
 
     def _finish(self, candidate: _Candidate, end: FinalResult) -> None:
-        """Tell how a trained trial ended; its twins are released at the next suggest."""
+        """Tell how a trained trial ended, with the epoch reports kept (its last ones among
+        them) in the ending's transaction; its twins are released at the next suggest."""
         spec, trial = self.run.spec, candidate.trial
+        epochs = self._take_epochs()
         self.pace.ended(candidate.key)
         reached = end.epochs_reached
         attrs: dict[str, Any] = {
@@ -570,21 +598,22 @@ class StudySearcher(Searcher):
             elif limit is not None and (end.latency_ms or 0.0) > limit:
                 self.store.record_rejected(self.run.study, trial,
                                            f"latency_ms {end.latency_ms:.2f} breaks "
-                                           f"latency_ms_max={limit:g}", attrs)
+                                           f"latency_ms_max={limit:g}", attrs, epochs=epochs)
                 self._told(Status.REJECTED)
                 return
             else:
-                self.store.record_completed(self.run.study, trial, values, attrs)
+                self.store.record_completed(self.run.study, trial, values, attrs,
+                                            epochs=epochs)
                 self._told(Status.COMPLETED, values)
                 self.known[candidate.key] = _Known(trial.number, values,
                                                    attrs[TrialKey.EPOCHS_REACHED],
                                                    attrs.get(TrialKey.CHECKPOINT))
                 return
         if end.status == Status.STOPPED:
-            self.store.record_stopped(self.run.study, trial, attrs)
+            self.store.record_stopped(self.run.study, trial, attrs, epochs=epochs)
             self._told(Status.STOPPED)
             return
-        self.store.record_failed(self.run.study, trial, attrs)
+        self.store.record_failed(self.run.study, trial, attrs, epochs=epochs)
         self._told(Status.FAILED)
 
     def _note(self, text: str) -> None:

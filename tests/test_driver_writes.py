@@ -41,10 +41,77 @@ def commits(run: StudyRun) -> Iterator[_Commits]:
 
 
 def test_optunas_private_steps_that_batch_the_writes_are_there(run: StudyRun) -> None:
-    """Fails where an Optuna version drops what ``_optuna_transaction`` uses (the writes would
-    still be right, one commit each, but the batching would be gone)."""
+    """Fails where an Optuna version drops what ``_optuna_transaction`` and ``tell`` use (the
+    writes would still be right, one commit each, but the batching would be gone)."""
+    from optuna.study import _tell
+
     with _optuna_transaction(run.storage) as db:
         assert db is not None
+    assert callable(_tell._tell_with_warning)
+
+
+def test_an_ending_writes_the_kept_epochs_and_its_attributes_in_one_transaction(
+        run: StudyRun, commits: _Commits, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kept epochs (of this trial and of another one still running) and the ending's
+    attributes in one transaction, then Optuna's tell: its read of the trial (its check that
+    the trial runs; Optuna's storage commits its reads too) and its state, one each. The tell
+    does not read the trial again after (``Study.tell``'s returned copy, unused here)."""
+    ending, other = run.study.ask(), run.study.ask()
+    storage = run.study._storage
+    reads = {"n": 0}
+    real_get_trial = storage.get_trial
+
+    def get_trial(trial_id: int) -> optuna.trial.FrozenTrial:
+        reads["n"] += 1
+        return real_get_trial(trial_id)
+
+    monkeypatch.setattr(storage, "get_trial", get_trial)
+    commits.n = 0
+    values = [0.5] + [100.0] * (len(run.spec.objectives) - 1)
+    run.store.record_completed(
+        run.study, ending, values, {TrialKey.SECONDS: 2.0},
+        epochs=[(ending, {"epoch": 1, "value": 0.25}), (other, {"epoch": 1, "value": 0.75}),
+                (ending, {"epoch": 2, "value": 0.5})])
+    assert (commits.n, reads["n"]) == (3, 1)
+    monkeypatch.undo()
+    stored = run.storage.get_trial(ending._trial_id)
+    assert stored.state == optuna.trial.TrialState.COMPLETE
+    assert stored.values == values
+    assert stored.intermediate_values == {1: 0.25, 2: 0.5}
+    assert stored.user_attrs[TrialKey.SECONDS] == 2.0
+    assert run.storage.get_trial(other._trial_id).intermediate_values == {1: 0.75}
+    assert [(r["trial_number"], r["epoch"]) for r in read_epochs(run.storage.engine, "writes")] \
+        == sorted([(ending.number, 1), (other.number, 1), (ending.number, 2)])
+
+
+def test_a_trial_told_through_the_store_is_stored_as_study_tell_stores_it(
+        run: StudyRun) -> None:
+    """``studies.store.storage.tell`` (Optuna's tell without its closing read) against
+    ``Study.tell``: the same state, values and sampler call, for each way a trial ends."""
+    from studies.store.storage import tell
+
+    seen: list[tuple[int, optuna.trial.TrialState]] = []
+    sampler = run.study.sampler
+    real_after = sampler.after_trial
+
+    def after_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial,
+                    state: optuna.trial.TrialState, values: object) -> None:
+        seen.append((trial.number, state))
+        real_after(study, trial, state, values)
+
+    sampler.after_trial = after_trial  # type: ignore[method-assign]
+    values = [0.5] + [100.0] * (len(run.spec.objectives) - 1)
+    for state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
+                  optuna.trial.TrialState.FAIL):
+        ours, optunas = run.study.ask(), run.study.ask()
+        told = values if state == optuna.trial.TrialState.COMPLETE else None
+        tell(run.study, ours, told, state)
+        run.study.tell(optunas, told, state=state)
+        a, b = (run.storage.get_trial(t._trial_id) for t in (ours, optunas))
+        assert (a.state, a.values) == (b.state, b.values) == (state, told)
+        assert seen[-2:] == [(ours.number, state), (optunas.number, state)]
+    with pytest.raises(ValueError, match="Cannot tell a FAIL trial"):  # told twice
+        tell(run.study, ours.number, values, optuna.trial.TrialState.COMPLETE)
 
 
 def test_an_epoch_is_one_transaction_and_a_resent_one_changes_nothing(
@@ -164,10 +231,46 @@ def test_epoch_reports_are_written_at_the_steps_end_and_before_the_trials_ending
     callback.on_step_end(0, [])
     assert rows() == [(1, 0.125), (2, 0.25)]
     callback.on_trial_result(0, [], Trial(), epoch(3).to_tune())
+    callback.on_step_end(0, [])  # within EPOCH_WRITE_SECONDS of the last write: kept
+    assert rows() == [(1, 0.125), (2, 0.25)]
     final = FinalResult("completed", value=0.35, epoch=epoch(4), epochs_reached=4).to_tune()
     callback.on_trial_result(0, [], Trial(), final)
-    searcher.on_trial_complete("t1", final)  # in the same step: its epochs first
+    searcher.on_trial_complete("t1", final)  # its kept epochs with its ending
     assert rows() == [(1, 0.125), (2, 0.25), (3, 0.375), (4, 0.5)]
     trial = run.storage.get_trial(candidate.trial._trial_id)
     assert trial.state == optuna.trial.TrialState.COMPLETE
     assert trial.intermediate_values == {1: 0.125, 2: 0.25, 3: 0.375, 4: 0.5}
+
+
+def test_a_trial_whose_ending_cannot_be_written_is_closed_with_the_run(
+        run: StudyRun, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ending's transaction (its kept epochs and attributes) fails as on a full disk: the
+    run's fault is set, and the trial, still running in the database, is closed as
+    interrupted when the run closes (not left RUNNING)."""
+    import studies.store.record as record_module
+    from studies.searcher import StudyCallback, StudySearcher
+    from studies.store import StorageError
+    from studies.tune_report import EpochResult, FinalResult
+
+    searcher = StudySearcher(run, h.GEOMETRY)
+    callback = StudyCallback(searcher)
+    candidate = searcher._ask()
+    assert candidate is not None
+    searcher._launch("t1", candidate)
+
+    class Trial:
+        trial_id = "t1"
+
+    def full(*args: object, **kwargs: object) -> int:
+        raise StorageError("database or disk is full")
+
+    monkeypatch.setattr(record_module, "write_epochs", full)
+    last = EpochResult(epoch=1, metric="accuracy", value=0.5, train_loss=1.0)
+    final = FinalResult("completed", value=0.5, epoch=last, epochs_reached=1).to_tune()
+    callback.on_trial_result(0, [], Trial(), final)
+    searcher.on_trial_complete("t1", final)
+    assert "database or disk is full" in searcher.fault
+    searcher.close()
+    stored = run.storage.get_trial(candidate.trial._trial_id)
+    assert stored.state == optuna.trial.TrialState.FAIL  # interrupted is stored as FAIL
+    assert stored.user_attrs[TrialKey.STATUS] == "interrupted"

@@ -142,6 +142,46 @@ def test_a_trials_parameters_are_written_in_one_transaction_as_optuna_writes_the
         assert stored.distributions == plain.trials[-1].distributions
 
 
+class _Recording(optuna.samplers.RandomSampler):
+    """A sampler that records its choice with the trial when asked, as the default one does
+    (its gain, noise and seconds: ``studies.costaware``), through the storage's batched call."""
+
+    def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        study._storage.set_trial_system_attrs(  # type: ignore[attr-defined]
+            trial._trial_id, {"gain": 0.5, "noise": 0.25})
+
+
+def test_what_a_sampler_records_when_asked_is_written_with_the_parameters(
+        tmp_path: Path) -> None:
+    """System attributes set while the snapshot is open: with the drawn parameters, in their
+    one transaction; where nothing is drawn, when the snapshot closes; and dropped where the
+    suggestion failed (its trial is given up)."""
+    from studies.store._snapshot import Asking
+
+    study, storage = _study(tmp_path, "recorded")
+    study.sampler = _Recording(seed=1)
+    asking = Asking(study, storage)
+    commits = _counting_commits(storage)
+    with asking.snapshot():
+        trial = asking.ask()
+        assert storage.get_trial(trial._trial_id).system_attrs == {}  # not yet written
+        before = commits[0]
+        asking.draw(lambda: _objective(trial))
+        assert commits[0] - before == 1  # parameters and attributes, one transaction
+    stored = storage.get_trial(trial._trial_id)
+    assert stored.system_attrs == {"gain": 0.5, "noise": 0.25}
+    assert set(stored.params) == {"x", "k", "n"}
+    with asking.snapshot():
+        undrawn = asking.ask()
+    assert storage.get_trial(undrawn._trial_id).system_attrs == {"gain": 0.5, "noise": 0.25}
+    with pytest.raises(RuntimeError), asking.snapshot():
+        failed = asking.ask()
+        raise RuntimeError("the suggestion failed")
+    assert storage.get_trial(failed._trial_id).system_attrs == {}
+    asking.snapshots.set_trial_system_attrs(failed._trial_id, {"gain": 0.5, "noise": 0.25})
+    assert storage.get_trial(failed._trial_id).system_attrs == {"gain": 0.5, "noise": 0.25}
+
+
 def test_a_parameter_against_another_distribution_of_its_name_is_refused(
         tmp_path: Path) -> None:
     """The check Optuna makes on each parameter (the distribution earlier trials hold under
@@ -173,11 +213,11 @@ def test_a_draw_whose_write_failed_writes_its_parameters_on_the_retry(
     asking = Asking(study, storage)
     real, calls = snapshot_module.set_trial_params, []
 
-    def flaky(rdb: RDBStorage, trial_id: int, params: list[object]) -> None:
+    def flaky(rdb: RDBStorage, trial_id: int, params: list[object], **kwargs: object) -> None:
         calls.append(len(params))
         if len(calls) == 1:
             raise StorageError("the connection was lost", transient=True)
-        real(rdb, trial_id, params)  # type: ignore[arg-type]
+        real(rdb, trial_id, params, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(snapshot_module, "set_trial_params", flaky)
     monkeypatch.setattr("studies.store.storage._FIRST_DELAY", 0.01)

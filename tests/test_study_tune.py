@@ -305,16 +305,16 @@ def test_a_full_disk_stops_the_run_in_one_line_and_resume_continues(tmp_path, mo
     url = f"sqlite:///{tmp_path / 's.db'}"
     path = h.write_study(tmp_path / "full.yaml", "full", budget={"trials": 4},
                          evaluator="study_helpers:instant")
-    real = record_module.write_epoch
+    real = record_module.write_epochs
     calls = {"n": 0}
 
-    def write_epoch(*args, **kwargs):
+    def write_epochs(*args, **kwargs):
         calls["n"] += 1
         if calls["n"] > 2:
             raise StorageError(f"Storage {url!r} cannot be used: database or disk is full")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(record_module, "write_epoch", write_epoch)
+    monkeypatch.setattr(record_module, "write_epochs", write_epochs)
     assert nas_main(["run", str(path), "--storage", url]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert "database or disk is full" in err[-1] and "nas resume full" in err[-1]
@@ -322,7 +322,7 @@ def test_a_full_disk_stops_the_run_in_one_line_and_resume_continues(tmp_path, mo
     trials = h.load(url, "full")
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     assert read_owner(open_storage(url).engine, "full") is None
-    monkeypatch.setattr(record_module, "write_epoch", real)
+    monkeypatch.setattr(record_module, "write_epochs", real)
     assert nas_main(["resume", "full", "--evaluator", "study_helpers:instant",
                      "--storage", url]) == 0
     assert counted_trials(h.load(url, "full")) == 4

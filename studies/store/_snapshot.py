@@ -18,7 +18,10 @@ Two kinds of writes are gathered into one transaction where the wrapped storage 
 storage (``rdb``): inside :meth:`SnapshotStorage.drawing`, the parameters Optuna writes one
 commit each are written together at its end (``studies.store.storage.set_trial_params``), and
 :meth:`SnapshotStorage.set_trial_system_attrs` sets several system attributes at once (a
-sampler finds it on its study's storage).
+sampler finds it on its study's storage). Those a sampler sets while a snapshot is open (the
+default sampler's gain, noise and seconds, chosen in ``ask``) are written with the
+parameters, in the same transaction, or when the snapshot closes where nothing was drawn;
+until then the database does not hold them.
 
 It is built on Optuna's public ``BaseStorage`` interface (every method delegated,
 ``get_all_trials`` answered from the snapshot), and the batched writes on the store's helpers
@@ -72,17 +75,26 @@ class SnapshotStorage(BaseStorage):
         self._snapshot: dict[int, list[FrozenTrial]] | None = None
         self._fresh: dict[int, FrozenTrial] = {}  # read by _refresh, unchanged since
         self._params: list[tuple[int, ParamWrite]] | None = None  # gathered while drawing
+        #: System attributes set while the snapshot is open, by trial id, not yet written.
+        self._system: dict[int, dict[str, Any]] = {}
         self.reads = 0  # reads of all trials that reached ``base`` (tests count them)
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[None]:
         """While open, the first ``get_all_trials`` of a study reads it; later ones reuse that
-        read. Not reentrant: one suggestion at a time (the searcher runs in Tune's loop)."""
+        read. Not reentrant: one suggestion at a time (the searcher runs in Tune's loop).
+        System attributes set while it is open and not written with a draw's parameters are
+        written when it closes (dropped where its block raised: the trial is given up)."""
         self._snapshot = {}
         try:
             yield
+            for trial_id in list(self._system):
+                if self.rdb is not None:
+                    set_trial_system_attrs(self.rdb, trial_id, self._system[trial_id])
+                del self._system[trial_id]
         finally:
             self._snapshot = None
+            self._system = {}
 
     def get_all_trials(self, study_id: int, deepcopy: bool = True,
                        states: Container[TrialState] | None = None) -> list[FrozenTrial]:
@@ -98,10 +110,12 @@ class SnapshotStorage(BaseStorage):
         return copy.deepcopy(out) if deepcopy else list(out)
 
     def get_trial(self, trial_id: int) -> FrozenTrial:
-        fresh = self._fresh.pop(trial_id, None)
-        if fresh is not None:  # read a moment ago, and nothing reached the storage since
-            return copy.deepcopy(fresh)
-        return self.base.get_trial(trial_id)
+        fresh = self._fresh.pop(trial_id, None)  # read a moment ago, nothing written since
+        trial = copy.deepcopy(fresh) if fresh is not None else self.base.get_trial(trial_id)
+        if trial_id in self._system:  # set and not yet written: read as if they were
+            trial = copy.copy(trial)
+            trial.system_attrs = {**trial.system_attrs, **self._system[trial_id]}
+        return trial
 
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         self._fresh.clear()
@@ -137,8 +151,10 @@ class SnapshotStorage(BaseStorage):
             by_trial: dict[int, list[ParamWrite]] = {}
             for trial_id, write in pending:
                 by_trial.setdefault(trial_id, []).append(write)
-            for trial_id, writes in by_trial.items():
-                set_trial_params(self.rdb, trial_id, writes)
+            for trial_id, writes in by_trial.items():  # the sampler's attributes with them
+                set_trial_params(self.rdb, trial_id, writes,
+                                 system_attrs=self._system.get(trial_id))
+                self._system.pop(trial_id, None)
             pending.clear()
 
     def set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
@@ -160,8 +176,12 @@ class SnapshotStorage(BaseStorage):
         return None
 
     def set_trial_system_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
-        """Several system attributes of one trial, in one transaction where ``rdb`` is set."""
+        """Several system attributes of one trial, in one transaction where ``rdb`` is set:
+        while a snapshot is open, with the parameters drawn next (or when it closes)."""
         self._fresh.clear()
+        if self.rdb is not None and self._snapshot is not None:
+            self._system.setdefault(trial_id, {}).update(attrs)
+            return
         if self.rdb is not None:
             set_trial_system_attrs(self.rdb, trial_id, attrs)
             return

@@ -5,8 +5,10 @@ are declared here (:class:`RecordWrites`): :meth:`~RecordWrites.record_sampled` 
 :meth:`~RecordWrites.record_launched` while a trial is being prepared; one method per way a
 trial ends (``record_completed``, ``record_reused``, ``record_stopped``, ``record_rejected``,
 ``record_failed``, ``close_interrupted``); and :meth:`~RecordWrites.record_epoch` for each
-epoch a trial reports. The keys and status words are ``studies.store.keys``'; a new study's
-attributes are :func:`write_study`'s.
+epoch a trial reports (:meth:`~RecordWrites.record_epochs` for several at once; the endings of
+a trained trial take the epochs still to write, written with the ending's attributes). The
+keys and status words are ``studies.store.keys``'; a new study's attributes are
+:func:`write_study`'s.
 
 Per-epoch values: the ``nas_epochs`` table (``studies.store.storage``) is the record, a row per
 epoch with every metric the trainer reports (train loss, metric name, value, seconds, extras).
@@ -33,7 +35,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from nas.errors import NasError
 from studies.store.keys import STATE_OF, Status, StudyKey, TrialKey
-from studies.store.storage import retrying, set_trial_user_attrs, write_epoch
+from studies.store.storage import retrying, set_trial_user_attrs, tell, write_epochs
 
 if TYPE_CHECKING:
     from nas.tasks import TaskGeometry
@@ -44,6 +46,9 @@ __all__ = ["RecordWrites", "TrialRef", "write_study"]
 
 #: A trial as the writes take it: a live one (``Study.ask``) or one read back.
 TrialRef = optuna.trial.Trial | FrozenTrial
+
+#: Epoch reports to write: each trial with its report (see :meth:`RecordWrites.record_epoch`).
+Epochs = Sequence[tuple[TrialRef, Mapping[str, Any]]]
 
 
 # ----------------------------------------------------------------------------- the study
@@ -106,16 +111,23 @@ class RecordWrites:
         self.record_sampled(trial, {**(attrs or {}), TrialKey.TUNE_TRIAL: tune_trial})
 
     def _end(self, study: optuna.Study, trial: TrialRef, status: str, attrs: Mapping[str, Any],
-             values: Sequence[float] | None = None) -> None:
-        """Close ``trial`` as ``status``: its user attributes (one transaction), then Optuna's
-        ``tell`` with the state the status is stored with (``STATE_OF``)."""
+             values: Sequence[float] | None = None, epochs: Epochs = ()) -> None:
+        """Close ``trial`` as ``status``: ``epochs`` still to write (of any trial) and its user
+        attributes (one transaction), then Optuna's ``tell`` with the state the status is stored
+        with (``STATE_OF``)."""
         state = TrialState[STATE_OF[status]]
+        rows = _epoch_writes(epochs)
 
         def end() -> None:
-            set_trial_user_attrs(self.storage, trial._trial_id, {**attrs, TrialKey.STATUS: status})
-            study.tell(trial if isinstance(trial, optuna.trial.Trial) else trial.number,
-                       list(values) if state == TrialState.COMPLETE and values is not None
-                       else None, state=state)
+            ending = {**attrs, TrialKey.STATUS: status}
+            if rows:
+                write_epochs(self.storage, study.study_name, rows, trial_id=trial._trial_id,
+                             attrs=ending)
+            else:
+                set_trial_user_attrs(self.storage, trial._trial_id, ending)
+            tell(study, trial if isinstance(trial, optuna.trial.Trial) else trial.number,
+                 list(values) if state == TrialState.COMPLETE and values is not None else None,
+                 state)
 
         def again() -> None:  # the connection broke: the first try may have committed the tell
             with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
@@ -124,9 +136,9 @@ class RecordWrites:
         retrying(self.storage.url, end, again=again)
 
     def record_completed(self, study: optuna.Study, trial: TrialRef, values: Sequence[float],
-                         attrs: Mapping[str, Any]) -> None:
+                         attrs: Mapping[str, Any], *, epochs: Epochs = ()) -> None:
         """Trained to the end: its objective values and what the worker reported."""
-        self._end(study, trial, Status.COMPLETED, attrs, values)
+        self._end(study, trial, Status.COMPLETED, attrs, values, epochs)
 
     def record_reused(self, study: optuna.Study, trial: TrialRef, values: Sequence[float], *,
                       source: int, attrs: Mapping[str, Any]) -> None:
@@ -134,19 +146,20 @@ class RecordWrites:
         self._end(study, trial, Status.REUSED, {**attrs, TrialKey.REUSED_FROM: source}, values)
 
     def record_stopped(self, study: optuna.Study, trial: TrialRef,
-                       attrs: Mapping[str, Any]) -> None:
+                       attrs: Mapping[str, Any], *, epochs: Epochs = ()) -> None:
         """Stopped early by the scheduler (Optuna PRUNED)."""
-        self._end(study, trial, Status.STOPPED, attrs)
+        self._end(study, trial, Status.STOPPED, attrs, epochs=epochs)
 
     def record_rejected(self, study: optuna.Study, trial: TrialRef, reason: str,
-                        attrs: Mapping[str, Any]) -> None:
+                        attrs: Mapping[str, Any], *, epochs: Epochs = ()) -> None:
         """Broke a constraint (before training, or its latency after): not counted."""
-        self._end(study, trial, Status.REJECTED, {**attrs, TrialKey.REASON: reason})
+        self._end(study, trial, Status.REJECTED, {**attrs, TrialKey.REASON: reason},
+                  epochs=epochs)
 
     def record_failed(self, study: optuna.Study, trial: TrialRef,
-                      attrs: Mapping[str, Any]) -> None:
+                      attrs: Mapping[str, Any], *, epochs: Epochs = ()) -> None:
         """Training failed or raised (``attrs`` carries ``TrialKey.REASON`` where known)."""
-        self._end(study, trial, Status.FAILED, attrs)
+        self._end(study, trial, Status.FAILED, attrs, epochs=epochs)
 
     def _enqueue_again(self, study: optuna.Study, space: SearchSpace | None,
                        trial: TrialRef) -> None:
@@ -198,7 +211,18 @@ class RecordWrites:
         Optuna's intermediate value at that step (see the module's note), both in one
         transaction. A re-sent epoch (a trial Tune retried) replaces neither: both hold the
         first report."""
-        epoch = int(report["epoch"])
-        retrying(self.storage.url, lambda: write_epoch(
-            self.storage, study.study_name, trial.number, {**report, "epoch": epoch},
-            trial_id=trial._trial_id))
+        self.record_epochs(study, [(trial, report)])
+
+    def record_epochs(self, study: optuna.Study, epochs: Epochs) -> None:
+        """Several epochs, of any of ``study``'s trials, as :meth:`record_epoch` writes one, in
+        one transaction (in the order given)."""
+        if epochs:
+            rows = _epoch_writes(epochs)
+            retrying(self.storage.url,
+                     lambda: write_epochs(self.storage, study.study_name, rows))
+
+
+def _epoch_writes(epochs: Epochs) -> list[tuple[int, int | None, dict[str, Any]]]:
+    """``epochs`` as ``studies.store.storage.write_epochs`` takes them (the epoch an int)."""
+    return [(trial.number, trial._trial_id, {**report, "epoch": int(report["epoch"])})
+            for trial, report in epochs]

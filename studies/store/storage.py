@@ -61,7 +61,9 @@ __all__ = [
     "set_trial_system_attrs",
     "set_trial_user_attrs",
     "study_names",
+    "tell",
     "write_epoch",
+    "write_epochs",
 ]
 
 DEFAULT_STORAGE = "sqlite:///nas_studies.db"
@@ -423,8 +425,8 @@ def _optuna_transaction(storage: optuna.storages.RDBStorage) -> Iterator[Any]:
 
     Optuna's private API is used here and nowhere else: ``_create_scoped_session`` and the
     storage's ``_set_trial_attr_without_commit``, ``_set_trial_intermediate_value_without_commit``
-    and ``_set_trial_param_without_commit`` (Optuna 5.0; ``tests/test_driver_writes.py`` fails
-    where they go)."""
+    and ``_set_trial_param_without_commit``, and ``optuna.study._tell._tell_with_warning`` in
+    :func:`tell` (Optuna 5.0; ``tests/test_driver_writes.py`` fails where they go)."""
     try:
         from optuna.storages._rdb.storage import _create_scoped_session
     except ImportError:
@@ -483,25 +485,40 @@ ParamWrite = tuple[str, float, BaseDistribution, BaseDistribution | None]
 
 
 def set_trial_params(storage: optuna.storages.RDBStorage, trial_id: int,
-                     params: Sequence[ParamWrite]) -> None:
+                     params: Sequence[ParamWrite], *,
+                     system_attrs: dict[str, Any] | None = None) -> None:
     """Write the parameters drawn for one unfinished trial in one transaction, each checked
-    against the distribution the study holds under its name as Optuna checks it.
+    against the distribution the study holds under its name as Optuna checks it, and with
+    ``system_attrs`` (what its sampler recorded when it chose them) in the same one.
 
     Optuna's ``set_trial_param`` commits once per parameter (ten a trial in the quickstart
     space); this uses the storage's own step without the commit
     (``_set_trial_param_without_commit``) inside one transaction, and the public call where an
     Optuna version lacks it.
     """
-    if not params:
+    if not params and not system_attrs:
         return
     with session(storage.url), _optuna_transaction(storage) as db:
         if db is None:
             for name, value, distribution, _ in params:
                 storage.set_trial_param(trial_id, name, value, distribution)
+            for key, attr in (system_attrs or {}).items():
+                storage.set_trial_system_attr(trial_id, key, attr)
             return
+        from optuna.storages._rdb import models
+
         for name, value, distribution, previous in params:
             storage._set_trial_param_without_commit(db, trial_id, name, value, distribution,
                                                     previous)
+        for key, attr in (system_attrs or {}).items():
+            storage._set_trial_attr_without_commit(db, models.TrialSystemAttributeModel,
+                                                   trial_id, key, attr)
+
+
+#: One epoch report to write: the trial's number, its Optuna trial id (None: no intermediate
+#: value is written with it) and the report (``epoch``, ``train_loss``, ``metric``, ``value``,
+#: ``seconds``, ``extra``).
+EpochWrite = tuple[int, "int | None", dict[str, Any]]
 
 
 def write_epoch(storage: optuna.storages.RDBStorage, study_name: str, trial_number: int,
@@ -509,34 +526,83 @@ def write_epoch(storage: optuna.storages.RDBStorage, study_name: str, trial_numb
     """Record one epoch of a trial (idempotent: a re-sent epoch replaces nothing); True when
     the row is new. With ``trial_id``, a new row's ``value``, when a finite number, is also the
     Optuna trial's intermediate value at that step, written in the same transaction."""
-    epoch, value = int(report["epoch"]), report.get("value")
-    row = {
-        "study_name": study_name, "trial_number": trial_number, "epoch": epoch,
-        "train_loss": report.get("train_loss"), "metric": report.get("metric"),
-        "value": value, "seconds": report.get("seconds"),
-        "extra": json.dumps(report.get("extra") or {}),
-    }
-    step: float | None = None  # the intermediate value to write with a new row
-    if (trial_id is not None and isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value)):
-        step = float(value)
-    exists_query = sa.select(epochs_table.c.id).where(
-        epochs_table.c.study_name == study_name, epochs_table.c.trial_number == trial_number,
-        epochs_table.c.epoch == epoch)
+    return write_epochs(storage, study_name, [(trial_number, trial_id, report)]) == 1
+
+
+def write_epochs(storage: optuna.storages.RDBStorage, study_name: str,
+                 epochs: Sequence[EpochWrite], *, trial_id: int | None = None,
+                 attrs: dict[str, Any] | None = None) -> int:
+    """Record several epochs (of any of the study's trials) as :func:`write_epoch` records
+    one, and with ``trial_id`` and ``attrs`` user attributes of that unfinished trial, all in one
+    transaction; returns how many epoch rows are new. Where this Optuna lacks the private steps,
+    each is written as Optuna's public calls write it (one commit each)."""
+    rows = [(number, tid, _epoch_row(study_name, number, report), _step(tid, report))
+            for number, tid, report in epochs]
+    new = 0
     with session(storage.url), _optuna_transaction(storage) as db:
         if db is not None:
-            exists = db.execute(exists_query).first()
+            from optuna.storages._rdb import models
+
+            for number, tid, row, step in rows:
+                if db.execute(_exists(study_name, number, row["epoch"])).first() is None:
+                    new += 1
+                    db.execute(epochs_table.insert().values(**row))
+                    if step is not None and tid is not None:
+                        storage._set_trial_intermediate_value_without_commit(
+                            db, tid, row["epoch"], step)
+            if trial_id is not None:
+                for key, value in (attrs or {}).items():
+                    storage._set_trial_attr_without_commit(db, models.TrialUserAttributeModel,
+                                                           trial_id, key, value)
+            return new
+    for number, tid, row, step in rows:
+        with session(storage.url), _engine(storage).begin() as conn:
+            exists = conn.execute(_exists(study_name, number, row["epoch"])).first()
             if exists is None:
-                db.execute(epochs_table.insert().values(**row))
-                if step is not None and trial_id is not None:
-                    storage._set_trial_intermediate_value_without_commit(db, trial_id, epoch,
-                                                                         step)
-            return exists is None
-    with session(storage.url), _engine(storage).begin() as conn:
-        exists = conn.execute(exists_query).first()
+                conn.execute(epochs_table.insert().values(**row))
         if exists is None:
-            conn.execute(epochs_table.insert().values(**row))
-    if exists is None and step is not None and trial_id is not None:
-        with session(storage.url):
-            storage.set_trial_intermediate_value(trial_id, epoch, step)
-    return exists is None
+            new += 1
+            if step is not None and tid is not None:
+                with session(storage.url):
+                    storage.set_trial_intermediate_value(tid, row["epoch"], step)
+    if attrs and trial_id is not None:
+        set_trial_user_attrs(storage, trial_id, attrs)
+    return new
+
+
+def _epoch_row(study_name: str, trial_number: int, report: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "study_name": study_name, "trial_number": trial_number, "epoch": int(report["epoch"]),
+        "train_loss": report.get("train_loss"), "metric": report.get("metric"),
+        "value": report.get("value"), "seconds": report.get("seconds"),
+        "extra": json.dumps(report.get("extra") or {}),
+    }
+
+
+def _step(trial_id: int | None, report: dict[str, Any]) -> float | None:
+    """The intermediate value to write with a new row: its value, when a finite number."""
+    value = report.get("value")
+    if (trial_id is not None and isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value)):
+        return float(value)
+    return None
+
+
+def _exists(study_name: str, trial_number: int, epoch: int) -> sa.Select[Any]:
+    return sa.select(epochs_table.c.id).where(
+        epochs_table.c.study_name == study_name, epochs_table.c.trial_number == trial_number,
+        epochs_table.c.epoch == epoch)
+
+
+def tell(study: optuna.Study, trial: optuna.trial.Trial | int, values: Sequence[float] | None,
+         state: optuna.trial.TrialState) -> None:
+    """``study.tell(trial, values, state=state)`` without the read of the finished trial that
+    ``Study.tell`` returns (a trial with its parameters and attributes: six queries on an RDB
+    storage, unused here): Optuna's own ``_tell_with_warning``, which ``Study.tell`` calls, where
+    this Optuna has it, else ``Study.tell``."""
+    try:
+        from optuna.study._tell import _tell_with_warning
+    except ImportError:
+        study.tell(trial, values, state=state)
+        return
+    _tell_with_warning(study, trial, values, state)
