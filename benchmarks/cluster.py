@@ -2,7 +2,8 @@
 (issue 22, items 2 and 7; issue 34, item 3); and the fault scenarios on the same kind of cluster.
 
     python benchmarks/cluster.py [--concurrency 8,32,64] [--trials 400] [--epochs 4]
-        [--epoch-seconds 1] [--nodes 4] [--cpus-per-node 16] [--quick] [--faults]
+        [--epoch-seconds 1] [--nodes 4] [--cpus-per-node 16] [--arms nas,tune] [--fresh]
+        [--quick] [--faults]
 
 Starts its own PostgreSQL (``initdb`` in a temporary folder, a free port on loopback) and its own
 Ray cluster: ``ray start --block`` for a head and ``--nodes - 1`` more nodes, each with its own
@@ -30,6 +31,12 @@ its driver adds to a trial (the trials time themselves, ``$NAS_BENCH_TIMES``): t
 handle each result), a trial's seconds from ask to tell (median, mean, and mean past the first C
 trials asked, whose worker processes start) against its function's seconds on the worker, and
 the median and mean time from a tell to the next ask (the freed slot's refill).
+
+The arms run one after the other, so the second finds a cluster the first has run on (at 64
+trials at once the arm that ran second did better in every pair of runs, whichever it was).
+``--fresh`` runs each arm on a cluster of its own, started for it and ended after it (the same
+nodes, ports chosen afresh), so neither arm inherits the other's state; ``--arms`` sets the
+order.
 
 ``--faults`` runs, on a fresh small cluster, the fault scenarios: a worker node's raylet killed
 mid-run, the head killed mid-run then ``nas resume`` on a new cluster, the driver killed
@@ -526,6 +533,8 @@ def main() -> None:
     p.add_argument("--nodes", type=int, default=4)
     p.add_argument("--cpus-per-node", type=int, default=16)
     p.add_argument("--arms", default="nas,tune", help="which arms, in order (nas, tune)")
+    p.add_argument("--fresh", action="store_true",
+                   help="each arm on a cluster of its own, started for it")
     p.add_argument("--quick", action="store_true", help="concurrency 8,16 and 80 trials")
     p.add_argument("--faults", action="store_true", help="run the fault scenarios instead")
     p.add_argument("--scenarios", default="node,head,driver,database",
@@ -562,7 +571,8 @@ def main() -> None:
         log = Path(os.environ.get("NAS_BENCH_LOG") or root / "drivers.log")
         print(f"cluster {args.nodes} nodes x {args.cpus_per_node} CPUs at {cluster.address}; "
               f"PostgreSQL {pg.url}; {args.trials} trials x {args.epochs} epochs x "
-              f"{args.epoch_seconds:g} s; drivers' output in {log}", flush=True)
+              f"{args.epoch_seconds:g} s; drivers' output in {log}"
+              f"{'; each arm on a fresh cluster' if args.fresh else ''}", flush=True)
         if args.profile:
             c = args.profile
             name = f"prof-c{c}-{int(time.time())}"
@@ -578,6 +588,9 @@ def main() -> None:
         for c in levels:
             pair = {}
             for arm in args.arms.split(","):
+                if args.fresh and (pair or c != levels[0]):  # the first arm takes the first
+                    cluster.stop()
+                    cluster.start()
                 row = run_arm(arm, cluster, pg.url, root, c, args.trials, args.epochs,
                               args.epoch_seconds, log)
                 pair[arm] = row
