@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -202,22 +203,34 @@ def test_the_memory_estimate_sent_with_a_trial_is_not_computed_again(
     assert gpu.from_profile(profile, settings) == 0 == gpu.estimate(config)
 
 
-def test_epoch_reports_are_written_at_the_steps_end_and_before_the_trials_ending(
-        run: StudyRun) -> None:
-    """The searcher keeps an epoch report until the end of Tune's step (Tune sends the trial
-    its next step first), then writes the rows in the order received; a trial's kept epochs,
-    the last one carried by its final report included, are written before its ending is."""
+class _TuneTrial:
+    """The Tune trial ``_launched`` launched, as Tune's callbacks are given it."""
+
+    trial_id = "t1"
+
+
+def _launched(run: StudyRun) -> tuple[Any, Any, Any]:
+    """A searcher and its callback over ``run``, with one trial asked and launched as Tune
+    trial ``t1``."""
     from studies.searcher import StudyCallback, StudySearcher
-    from studies.tune_report import EpochResult, FinalResult
 
     searcher = StudySearcher(run, h.GEOMETRY)
     callback = StudyCallback(searcher)
     candidate = searcher._ask()
     assert candidate is not None
     searcher._launch("t1", candidate)
+    return searcher, callback, candidate
 
-    class Trial:
-        trial_id = "t1"
+
+def test_epoch_reports_are_written_at_the_steps_end_and_before_the_trials_ending(
+        run: StudyRun) -> None:
+    """The searcher keeps an epoch report until the end of Tune's step (Tune sends the trial
+    its next step first), then writes the rows in the order received, at most once in
+    ``EPOCH_WRITE_SECONDS``; a trial's kept epochs, the last one carried by its final report
+    included, are written with its ending."""
+    from studies.tune_report import EpochResult, FinalResult
+
+    searcher, callback, candidate = _launched(run)
 
     def epoch(n: int) -> EpochResult:
         return EpochResult(epoch=n, metric="accuracy", value=n / 8, train_loss=1.0 / n)
@@ -226,15 +239,15 @@ def test_epoch_reports_are_written_at_the_steps_end_and_before_the_trials_ending
         return [(r["epoch"], r["value"]) for r in read_epochs(run.storage.engine, "writes")]
 
     for n in (1, 2):
-        callback.on_trial_result(0, [], Trial(), epoch(n).to_tune())
+        callback.on_trial_result(0, [], _TuneTrial(), epoch(n).to_tune())
     assert rows() == []  # kept: the step has not ended
     callback.on_step_end(0, [])
     assert rows() == [(1, 0.125), (2, 0.25)]
-    callback.on_trial_result(0, [], Trial(), epoch(3).to_tune())
+    callback.on_trial_result(0, [], _TuneTrial(), epoch(3).to_tune())
     callback.on_step_end(0, [])  # within EPOCH_WRITE_SECONDS of the last write: kept
     assert rows() == [(1, 0.125), (2, 0.25)]
     final = FinalResult("completed", value=0.35, epoch=epoch(4), epochs_reached=4).to_tune()
-    callback.on_trial_result(0, [], Trial(), final)
+    callback.on_trial_result(0, [], _TuneTrial(), final)
     searcher.on_trial_complete("t1", final)  # its kept epochs with its ending
     assert rows() == [(1, 0.125), (2, 0.25), (3, 0.375), (4, 0.5)]
     trial = run.storage.get_trial(candidate.trial._trial_id)
@@ -248,18 +261,10 @@ def test_a_trial_whose_ending_cannot_be_written_is_closed_with_the_run(
     run's fault is set, and the trial, still running in the database, is closed as
     interrupted when the run closes (not left RUNNING)."""
     import studies.store.record as record_module
-    from studies.searcher import StudyCallback, StudySearcher
     from studies.store import StorageError
     from studies.tune_report import EpochResult, FinalResult
 
-    searcher = StudySearcher(run, h.GEOMETRY)
-    callback = StudyCallback(searcher)
-    candidate = searcher._ask()
-    assert candidate is not None
-    searcher._launch("t1", candidate)
-
-    class Trial:
-        trial_id = "t1"
+    searcher, callback, candidate = _launched(run)
 
     def full(*args: object, **kwargs: object) -> int:
         raise StorageError("database or disk is full")
@@ -267,7 +272,7 @@ def test_a_trial_whose_ending_cannot_be_written_is_closed_with_the_run(
     monkeypatch.setattr(record_module, "write_epochs", full)
     last = EpochResult(epoch=1, metric="accuracy", value=0.5, train_loss=1.0)
     final = FinalResult("completed", value=0.5, epoch=last, epochs_reached=1).to_tune()
-    callback.on_trial_result(0, [], Trial(), final)
+    callback.on_trial_result(0, [], _TuneTrial(), final)
     searcher.on_trial_complete("t1", final)
     assert "database or disk is full" in searcher.fault
     searcher.close()
