@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 from collections.abc import Callable, Container, Iterator
 from typing import Any, TypeVar
 
@@ -88,9 +89,10 @@ class SnapshotStorage(BaseStorage):
         self._snapshot = {}
         try:
             yield
-            for trial_id in list(self._system):
+            for trial_id in list(self._system):  # retried as the draw's write is
                 if self.rdb is not None:
-                    set_trial_system_attrs(self.rdb, trial_id, self._system[trial_id])
+                    retrying(self.rdb.url, functools.partial(
+                        set_trial_system_attrs, self.rdb, trial_id, self._system[trial_id]))
                 del self._system[trial_id]
         finally:
             self._snapshot = None
