@@ -35,7 +35,13 @@ from optuna.trial import FrozenTrial, TrialState
 
 from nas.errors import NasError
 from studies.store.keys import STATE_OF, Status, StudyKey, TrialKey
-from studies.store.storage import retrying, set_trial_user_attrs, tell, write_epochs
+from studies.store.storage import (
+    EpochWrite,
+    retrying,
+    set_trial_user_attrs,
+    tell,
+    write_epochs,
+)
 
 if TYPE_CHECKING:
     from nas.tasks import TaskGeometry
@@ -222,7 +228,6 @@ class RecordWrites:
                      lambda: write_epochs(self.storage, study.study_name, rows))
 
 
-def _epoch_writes(epochs: Epochs) -> list[tuple[int, int | None, dict[str, Any]]]:
-    """``epochs`` as ``studies.store.storage.write_epochs`` takes them (the epoch an int)."""
-    return [(trial.number, trial._trial_id, {**report, "epoch": int(report["epoch"])})
-            for trial, report in epochs]
+def _epoch_writes(epochs: Epochs) -> list[EpochWrite]:
+    """``epochs`` as ``studies.store.storage.write_epochs`` takes them."""
+    return [(trial.number, trial._trial_id, report) for trial, report in epochs]

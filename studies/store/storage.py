@@ -23,7 +23,7 @@ import sqlite3
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,6 +46,7 @@ from nas.errors import NasError, first_line
 __all__ = [
     "DEFAULT_STORAGE",
     "RETRY_SECONDS",
+    "EpochWrite",
     "StorageError",
     "UnknownStudyError",
     "epochs_table",
@@ -472,11 +473,17 @@ def _set_trial_attrs(storage: optuna.storages.RDBStorage, trial_id: int, attrs: 
             for key, value in attrs.items():
                 setter(trial_id, key, value)
             return
-        from optuna.storages._rdb import models
+        _attrs_without_commit(storage, db, trial_id, attrs, system=system)
 
-        model = models.TrialSystemAttributeModel if system else models.TrialUserAttributeModel
-        for key, value in attrs.items():
-            storage._set_trial_attr_without_commit(db, model, trial_id, key, value)
+
+def _attrs_without_commit(storage: optuna.storages.RDBStorage, db: Any, trial_id: int,
+                          attrs: dict[str, Any] | None, *, system: bool) -> None:
+    """Set ``attrs`` of the trial inside the transaction ``db`` (:func:`_optuna_transaction`)."""
+    from optuna.storages._rdb import models
+
+    model = models.TrialSystemAttributeModel if system else models.TrialUserAttributeModel
+    for key, value in (attrs or {}).items():
+        storage._set_trial_attr_without_commit(db, model, trial_id, key, value)
 
 
 #: One drawn parameter: its name, internal value, distribution, and the distribution the
@@ -505,20 +512,16 @@ def set_trial_params(storage: optuna.storages.RDBStorage, trial_id: int,
             for key, attr in (system_attrs or {}).items():
                 storage.set_trial_system_attr(trial_id, key, attr)
             return
-        from optuna.storages._rdb import models
-
         for name, value, distribution, previous in params:
             storage._set_trial_param_without_commit(db, trial_id, name, value, distribution,
                                                     previous)
-        for key, attr in (system_attrs or {}).items():
-            storage._set_trial_attr_without_commit(db, models.TrialSystemAttributeModel,
-                                                   trial_id, key, attr)
+        _attrs_without_commit(storage, db, trial_id, system_attrs, system=True)
 
 
 #: One epoch report to write: the trial's number, its Optuna trial id (None: no intermediate
 #: value is written with it) and the report (``epoch``, ``train_loss``, ``metric``, ``value``,
 #: ``seconds``, ``extra``).
-EpochWrite = tuple[int, "int | None", dict[str, Any]]
+EpochWrite = tuple[int, int | None, Mapping[str, Any]]
 
 
 def write_epoch(storage: optuna.storages.RDBStorage, study_name: str, trial_number: int,
@@ -541,8 +544,6 @@ def write_epochs(storage: optuna.storages.RDBStorage, study_name: str,
     new = 0
     with session(storage.url), _optuna_transaction(storage) as db:
         if db is not None:
-            from optuna.storages._rdb import models
-
             for number, tid, row, step in rows:
                 if db.execute(_exists(study_name, number, row["epoch"])).first() is None:
                     new += 1
@@ -551,9 +552,7 @@ def write_epochs(storage: optuna.storages.RDBStorage, study_name: str,
                         storage._set_trial_intermediate_value_without_commit(
                             db, tid, row["epoch"], step)
             if trial_id is not None:
-                for key, value in (attrs or {}).items():
-                    storage._set_trial_attr_without_commit(db, models.TrialUserAttributeModel,
-                                                           trial_id, key, value)
+                _attrs_without_commit(storage, db, trial_id, attrs, system=False)
             return new
     for number, tid, row, step in rows:
         with session(storage.url), _engine(storage).begin() as conn:
@@ -570,7 +569,8 @@ def write_epochs(storage: optuna.storages.RDBStorage, study_name: str,
     return new
 
 
-def _epoch_row(study_name: str, trial_number: int, report: dict[str, Any]) -> dict[str, Any]:
+def _epoch_row(study_name: str, trial_number: int, report: Mapping[str, Any]
+               ) -> dict[str, Any]:
     return {
         "study_name": study_name, "trial_number": trial_number, "epoch": int(report["epoch"]),
         "train_loss": report.get("train_loss"), "metric": report.get("metric"),
@@ -579,7 +579,7 @@ def _epoch_row(study_name: str, trial_number: int, report: dict[str, Any]) -> di
     }
 
 
-def _step(trial_id: int | None, report: dict[str, Any]) -> float | None:
+def _step(trial_id: int | None, report: Mapping[str, Any]) -> float | None:
     """The intermediate value to write with a new row: its value, when a finite number."""
     value = report.get("value")
     if (trial_id is not None and isinstance(value, (int, float)) and not isinstance(value, bool)
