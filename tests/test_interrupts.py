@@ -10,13 +10,14 @@ terminal does); SIGTERM is sent to the driver's pid, as a batch scheduler does.
 
 from __future__ import annotations
 
+import fcntl
 import os
-import pty
 import re
 import select
 import shlex
 import signal
 import subprocess
+import termios
 import threading
 import time
 from argparse import Namespace
@@ -162,19 +163,32 @@ def test_the_line_names_the_resume_command_with_its_flags() -> None:
 
 # ----------------------------------------------------------------------------- processes
 class Terminal:
-    """``nas ARGS`` in a new pseudo-terminal (the child's controlling terminal); its output
-    read by a thread, so that the child never blocks on a full terminal."""
+    """``nas ARGS`` on a new pseudo-terminal, its controlling terminal (^C typed there is a
+    SIGINT to it, as at a shell's prompt); its output read by a thread, so that the child never
+    blocks on a full terminal.
+
+    This process keeps the terminal's other end open, as the shell of a real terminal does.
+    With the child its only holder, the terminal hangs up the moment the child ends, and Linux
+    may then answer the reader with EIO before what the child wrote last has reached it (a
+    second Ctrl-C's line, written just before ``os._exit``)."""
 
     def __init__(self, args: list[str], env: dict[str, str], cwd: Path) -> None:
-        self.pid, self.fd = pty.fork()
-        if self.pid == 0:  # the child: `nas` on the terminal
+        self.fd, self._other_end = os.openpty()
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: a session of its own, the terminal its controlling one
             try:
+                os.close(self.fd)
+                os.setsid()
+                fcntl.ioctl(self._other_end, termios.TIOCSCTTY, 0)
+                for target in (0, 1, 2):
+                    os.dup2(self._other_end, target)
                 os.chdir(cwd)
                 os.execve(h.NAS[0], [*h.NAS, *args], env)
             finally:
                 os._exit(127)
         self.output = bytearray()
         self.status: int | None = None
+        self._ended = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -184,11 +198,13 @@ class Terminal:
             if ready:
                 try:
                     data = os.read(self.fd, 65536)
-                except OSError:  # EIO: the child closed the terminal
+                except OSError:  # EIO: the terminal hung up
                     return
                 if not data:
                     return
                 self.output += data
+            elif self._ended.is_set():  # the child has ended and nothing came for 0.2 s
+                return
 
     def type(self, keys: bytes) -> None:
         os.write(self.fd, keys)
@@ -207,8 +223,10 @@ class Terminal:
                 os.kill(self.pid, signal.SIGKILL)
                 pytest.fail(f"`nas` did not end in {timeout} s: {self.text()[-2000:]}")
             time.sleep(0.1)
+        self._ended.set()
         self._reader.join(timeout=10)
         os.close(self.fd)
+        os.close(self._other_end)
         assert self.status is not None
         return self.status
 
