@@ -3,7 +3,7 @@
 
     python benchmarks/cluster.py [--concurrency 8,32,64] [--trials 400] [--epochs 4]
         [--epoch-seconds 1] [--nodes 4] [--cpus-per-node 16] [--arms nas,tune] [--fresh]
-        [--quick] [--faults]
+        [--phases] [--quick] [--faults]
 
 Starts its own PostgreSQL (``initdb`` in a temporary folder, a free port on loopback) and its own
 Ray cluster: ``ray start --block`` for a head and ``--nodes - 1`` more nodes, each with its own
@@ -37,6 +37,11 @@ trials at once the arm that ran second did better in every pair of runs, whichev
 ``--fresh`` runs each arm on a cluster of its own, started for it and ended after it (the same
 nodes, ports chosen afresh), so neither arm inherits the other's state; ``--arms`` sets the
 order.
+
+``--phases`` also times, inside each driver process, the calls through which Tune hands the
+driver's work to its searcher, and Tune's saving of its experiment state
+(``benchmarks/_driver_phases.py``): printed below each arm as milliseconds a finished trial.
+The engine's driver then runs as ``cluster.py _nas`` (``nas run`` in a process that times it).
 
 ``--faults`` runs, on a fresh small cluster, the fault scenarios: a worker node's raylet killed
 mid-run, the head killed mid-run then ``nas resume`` on a new cluster, the driver killed
@@ -77,6 +82,7 @@ NODE_PORTS = ("--node-manager-port", "--object-manager-port", "--metrics-export-
               "--runtime-env-agent-port")
 GIB = 2**30
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' PostgreSQL and free-port helpers
+from _driver_phases import PHASES_ENV, summary  # noqa: E402  (this script's folder)
 from ports import free_ports  # noqa: E402
 
 
@@ -270,6 +276,7 @@ def tune_arm_main(argv: list[str]) -> None:
 
     import optuna
     import ray
+    from _driver_phases import time_peer
     from _sleep_trial import QuickstartSpace, tune_trainable
     from _timed_sampler import TimedSampler
     from ray import tune
@@ -279,6 +286,7 @@ def tune_arm_main(argv: list[str]) -> None:
     define_by_run = QuickstartSpace(a.epochs)
 
     ray.init(address=a.address, logging_level=logging.ERROR, log_to_driver=False)
+    time_peer()
     sampler = TimedSampler(optuna.samplers.TPESampler(seed=0, multivariate=True,
                                                       constant_liar=True))
     searcher = OptunaSearch(define_by_run, metric=["accuracy", "params"], mode=["max", "min"],
@@ -291,6 +299,17 @@ def tune_arm_main(argv: list[str]) -> None:
         run_config=tune.RunConfig(name=a.name, storage_path=str(Path(a.folder) / "tune"),
                                   verbose=0))
     tuner.fit()
+
+
+def nas_arm_main(argv: list[str]) -> None:
+    """``cluster.py _nas ARGS``: ``nas run ARGS`` in this process, its driver's calls timed
+    (``--phases``: ``benchmarks/_driver_phases.py``)."""
+    from _driver_phases import time_engine
+
+    from nas_cli.main import main as nas_main
+
+    time_engine()
+    sys.exit(nas_main(["run", *argv]))
 
 
 def profile_main(argv: list[str]) -> None:
@@ -382,13 +401,16 @@ def measure(url: str, name: str, arm: str, concurrency: int, started: datetime, 
 
 
 def run_arm(arm: str, cluster: Cluster, url: str, folder: Path, concurrency: int,
-            trials: int, epochs: int, seconds: float, log: Path) -> Row:
+            trials: int, epochs: int, seconds: float, log: Path, phases: bool = False) -> Row:
     total_cpus = cluster.nodes * cluster.cpus
     cpu = total_cpus / concurrency
     name = f"{arm}-c{concurrency}-{int(time.time())}"
+    timed = folder / "phases" / name
+    timed.mkdir(parents=True)
     if arm == "nas":
         study = _study_file(folder, name, trials, epochs, cpu)
-        command = [NAS, "run", str(study), "--storage", url, "--address", cluster.address]
+        run = ([sys.executable, __file__, "_nas"] if phases else [NAS, "run"])
+        command = [*run, str(study), "--storage", url, "--address", cluster.address]
     else:
         command = [sys.executable, __file__, "_tune", "--address", cluster.address,
                    "--storage", url, "--name", name, "--folder", str(folder),
@@ -399,13 +421,15 @@ def run_arm(arm: str, cluster: Cluster, url: str, folder: Path, concurrency: int
         out.write(f"\n=== {' '.join(command)}\n".encode())
         out.flush()
         done = subprocess.run(command, cwd=folder, env=env(
-            NAS_BENCH_EPOCH_SECONDS=str(seconds)), stdout=out, stderr=subprocess.STDOUT,
-            timeout=6 * 3600)
+            NAS_BENCH_EPOCH_SECONDS=str(seconds), **({PHASES_ENV: str(timed)} if phases else {})),
+            stdout=out, stderr=subprocess.STDOUT, timeout=6 * 3600)
     wall = time.monotonic() - clock
     row = measure(url, name, arm, concurrency, started, wall,
                   trials * epochs * seconds / concurrency, done.returncode)
     row.latency = latency(folder / "times", "nas" if arm == "nas" else "tune",
                           started.timestamp(), row.ended, concurrency)
+    driver = summary(timed, arm, row.finished)
+    row.latency += f"\n{driver}" if row.latency and driver else driver
     return row
 
 
@@ -522,6 +546,9 @@ def main() -> None:
     if sys.argv[1:2] == ["_tune"]:
         tune_arm_main(sys.argv[2:])
         return
+    if sys.argv[1:2] == ["_nas"]:
+        nas_arm_main(sys.argv[2:])
+        return
     if sys.argv[1:2] == ["_profile"]:
         profile_main(sys.argv[2:])
         return
@@ -535,6 +562,9 @@ def main() -> None:
     p.add_argument("--arms", default="nas,tune", help="which arms, in order (nas, tune)")
     p.add_argument("--fresh", action="store_true",
                    help="each arm on a cluster of its own, started for it")
+    p.add_argument("--phases", action="store_true",
+                   help="time each driver's calls (the engine's as `cluster.py _nas`, nas run "
+                   "in a process that times it)")
     p.add_argument("--quick", action="store_true", help="concurrency 8,16 and 80 trials")
     p.add_argument("--faults", action="store_true", help="run the fault scenarios instead")
     p.add_argument("--scenarios", default="node,head,driver,database",
@@ -586,13 +616,13 @@ def main() -> None:
         print("arm       C   wall s  first s  trials  trials/s   busy  ideal  suggest ms",
               flush=True)
         for c in levels:
-            pair = {}
+            pair: dict[str, Row] = {}
             for arm in args.arms.split(","):
                 if args.fresh and (pair or c != levels[0]):  # the first arm takes the first
                     cluster.stop()
                     cluster.start()
                 row = run_arm(arm, cluster, pg.url, root, c, args.trials, args.epochs,
-                              args.epoch_seconds, log)
+                              args.epoch_seconds, log, args.phases)
                 pair[arm] = row
                 rows.append(row)
                 print(row.cells(), flush=True)
