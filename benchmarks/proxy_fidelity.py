@@ -255,6 +255,9 @@ class Setup:
         })
 
 
+#: The trainings measured for the docstring's figures that were kept (``--cache`` a copy of it).
+MEASURED = Path(__file__).resolve().parent / "measured" / "proxy_fidelity.jsonl"
+
 #: The truth each proxy is judged by, pinned: the full side names every setting a task's quick
 #: defaults or a study's ``train`` could change, so a change of the proxy's defaults leaves it
 #: (and the cache's keys of its trainings) as it was measured.

@@ -140,3 +140,34 @@ def test_the_benchmark_scores_the_proxy_by_seed_0_and_prints_its_noise_and_ceili
     assert line is not None
     assert float(line[1]) == pytest.approx(ceiling.seed_std, abs=5e-5)
     assert float(line[2]) == pytest.approx(ceiling.noise_free[0], abs=5e-4)
+
+
+class _MeasuredOnly(pf.Runner):
+    """The trainings kept in ``benchmarks/measured/``: a job not there fails the test instead
+    of training for an hour."""
+
+    def run(self, jobs: Sequence[pf.Job]) -> tuple[list[dict[str, Any]], float]:
+        missing = [job for job in jobs if job.key() not in self.known]
+        assert not missing, f"{len(missing)} of {len(jobs)} trainings not measured"
+        return super().run(jobs)
+
+
+@pytest.mark.parametrize(("proxy", "printed"), [
+    ({}, "digits: Kendall tau +0.062"),
+    ({"schedule": "constant", "warmup_epochs": 0, "batch_size": 16},
+     "digits: Kendall tau +0.431"),
+])
+def test_the_measured_digits_trainings_print_the_documented_taus(
+        proxy: dict[str, Any], printed: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``benchmarks/measured/proxy_fidelity.jsonl`` still holds every training the script
+    builds for digits' draw 0 (4 full seeds, 2 proxy seeds), and prints the docstring's figures
+    from them."""
+    runner = _MeasuredOnly(workers=1, cache=pf.MEASURED)
+    setup = pf._with(pf.SETUPS["digits"], proxy, {})
+    args = argparse.Namespace(pairs=12, draw_seed=0, task_option=[], full_seeds=4,
+                              proxy_seeds=2)
+    pf.measure("digits", setup, args, runner)
+    out = capsys.readouterr().out
+    assert printed in out, out
+    assert "one more full training as the proxy +0.333" in out
+    assert "parameters tau +0.109" in out
