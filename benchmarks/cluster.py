@@ -405,8 +405,9 @@ def run_arm(arm: str, cluster: Cluster, url: str, folder: Path, concurrency: int
     total_cpus = cluster.nodes * cluster.cpus
     cpu = total_cpus / concurrency
     name = f"{arm}-c{concurrency}-{int(time.time())}"
-    timed = folder / "phases" / name
-    timed.mkdir(parents=True)
+    timed = folder / "phases" / name  # with --phases: what the driver's clocks wrote
+    if phases:
+        timed.mkdir(parents=True)
     if arm == "nas":
         study = _study_file(folder, name, trials, epochs, cpu)
         run = ([sys.executable, __file__, "_nas"] if phases else [NAS, "run"])
