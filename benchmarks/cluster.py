@@ -429,8 +429,7 @@ def run_arm(arm: str, cluster: Cluster, url: str, folder: Path, concurrency: int
                   trials * epochs * seconds / concurrency, done.returncode)
     row.latency = latency(folder / "times", "nas" if arm == "nas" else "tune",
                           started.timestamp(), row.ended, concurrency)
-    driver = summary(timed, arm, row.finished)
-    row.latency += f"\n{driver}" if row.latency and driver else driver
+    row.latency = "\n".join(x for x in (row.latency, summary(timed, arm, row.finished)) if x)
     return row
 
 
