@@ -171,3 +171,20 @@ def test_the_measured_digits_trainings_print_the_documented_taus(
     assert printed in out, out
     assert "one more full training as the proxy +0.333" in out
     assert "parameters tau +0.109" in out
+
+
+def test_a_smoke_vqa_trial_trains_the_measured_proxy_and_the_truth_stays_pinned() -> None:
+    """``synthetic-vqa``'s quick defaults are the proxy the docstring's vqa tables measured
+    best (batches of 16, constant rate, no warm-up: 40 batches a trial at smoke scale); the full
+    side names its own settings, so its trainings (and their cache keys) do not move with it."""
+    from studies._trials import base_settings
+
+    setup = pf.SETUPS["vqa"]
+    proxy = base_settings(setup.spec(full=False))
+    assert {k: proxy[k] for k in ("batch_size", "schedule", "warmup_epochs", "epochs",
+                                  "max_steps_per_epoch", "lr")} == {
+        "batch_size": 16, "schedule": "constant", "warmup_epochs": 0.0, "epochs": 4,
+        "max_steps_per_epoch": 10, "lr": 1e-3}
+    full = base_settings(setup.spec(full=True))
+    assert {k: full[k] for k in ("batch_size", "schedule", "warmup_epochs", "epochs", "lr")} == {
+        "batch_size": 64, "schedule": "cosine", "warmup_epochs": 0.5, "epochs": 6, "lr": 1e-3}
