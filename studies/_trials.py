@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from nas.config import ArchConfig
 from nas.tasks import TaskGeometry
 from search_spaces import SearchSpace
-from studies.smoke import Smoke
+from studies.smoke import SMOKE_TRAIN, Smoke
 from studies.spec import StudySpec
 from studies.store import COUNTED_EXCLUDED, StudyAttrs, StudyStore, TrialKey, trial_attrs
 
@@ -46,10 +46,13 @@ class StudyRun:
 
 def base_settings(spec: StudySpec) -> dict[str, Any]:
     """The training settings of every trial before the space's own: the task's quick defaults
-    (the ones `nas train` uses), the study's ``train``, its epochs and seed."""
+    (the ones `nas train` uses) and, in a smoke study, the task's ``SMOKE_TRAIN``; then the
+    study's ``train``, its epochs and seed."""
     from trainers.config import quick_defaults
 
     defaults = {k: v for k, v in quick_defaults(spec.task).items() if k != "epochs"}
+    if spec.smoke:
+        defaults.update(SMOKE_TRAIN.get(spec.task, {}))
     settings = {**defaults, **spec.train, "epochs": spec.fidelity.epochs, "seed": spec.seed}
     return spec.smoke.train(settings) if spec.smoke else settings
 

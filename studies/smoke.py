@@ -15,6 +15,10 @@ before its cost is computed and before it trains:
 
 What a trial records (``nas.arch``, its cost, its arch id) is the shrunk architecture it trained:
 the front of a smoke study says how the knobs trade off at that scale, not at the paper's.
+
+A smoke study's trials on a built-in task also start from that task's :data:`SMOKE_TRAIN`
+settings (over its quick defaults, under the study's own ``train``): the short proxy measured
+to rank the shrunk architectures closest to longer training.
 """
 
 from __future__ import annotations
@@ -29,7 +33,20 @@ from nas.config import ArchConfig
 from nas.errors import ConfigError
 from nas.sharing import canonical_pattern, format_pattern, parse_pattern
 
-__all__ = ["Smoke", "parse_smoke"]
+__all__ = ["SMOKE_TRAIN", "Smoke", "parse_smoke"]
+
+#: Training defaults of a smoke study's trials, per task: over the task's quick defaults
+#: (``trainers.config.quick_defaults``), under the study's ``train``. On ``synthetic-vqa`` a smoke
+#: trial of the ``lw_transformer`` space (4 epochs of 10 batches) trained this way ranks the
+#: shrunk architectures (Kendall's tau against 6 whole epochs) 0.04-0.15 below what one more full
+#: training reaches, on four draws, where the task's defaults (batches of 64, a half-epoch
+#: warm-up, a cosine decay) ranked 0.18-0.31 below it on three (benchmarks/proxy_fidelity.py).
+#: Not the task's defaults: over 6 whole epochs (``nas train``) they leave a model ten times
+#: smaller within the seeds' spread of the dense one (``benchmarks/proxies.py``: gap 0.045,
+#: spread 0.046), where the task's defaults keep them apart.
+SMOKE_TRAIN: dict[str, dict[str, Any]] = {
+    "synthetic-vqa": {"batch_size": 16, "schedule": "constant", "warmup_epochs": 0.0},
+}
 
 _DEPTH_KEYS = ("encoder_layers", "decoder_layers", "language_layers", "vision_layers",
                "cross_layers")

@@ -71,6 +71,32 @@ def test_the_steps_cap_keeps_a_smaller_one_of_the_study() -> None:
     assert Smoke(steps=10).train({"max_steps_per_epoch": 4})["max_steps_per_epoch"] == 4
 
 
+def _settings(task: str, **study: object) -> dict[str, object]:
+    from studies._trials import base_settings
+
+    return base_settings(StudySpec.from_dict({
+        "name": "s", "task": task, "space": "lw_transformer", "objectives": ["accuracy"],
+        "budget": {"trials": 1}, "fidelity": {"epochs": 4}, **study}))
+
+
+def test_a_smoke_vqa_trial_starts_from_the_measured_proxy_and_the_study_still_decides() -> None:
+    """``SMOKE_TRAIN`` sits over the task's quick defaults in a smoke study only, and under the
+    study's own ``train``."""
+    from trainers.config import quick_defaults
+
+    smoke = _settings("synthetic-vqa", smoke=True)
+    assert {k: smoke[k] for k in ("batch_size", "schedule", "warmup_epochs", "lr")} == {
+        "batch_size": 16, "schedule": "constant", "warmup_epochs": 0.0, "lr": 1e-3}
+    full = _settings("synthetic-vqa")
+    assert full["batch_size"] == quick_defaults("synthetic-vqa")["batch_size"] == 64
+    assert "schedule" not in full and "warmup_epochs" not in full  # the trainer's cosine
+    own = _settings("synthetic-vqa", smoke=True, train={"batch_size": 32, "warmup_epochs": 1})
+    assert (own["batch_size"], own["warmup_epochs"], own["schedule"]) == (32, 1, "constant")
+    other = _settings("synthetic-captions", smoke=True)  # no measured proxy: the task's own
+    assert other["batch_size"] == quick_defaults("synthetic-captions")["batch_size"]
+    assert "schedule" not in other
+
+
 # ----------------------------------------------------------------------------- every space
 @pytest.mark.slow
 @pytest.mark.usefixtures("ray_local")

@@ -155,15 +155,10 @@ def _number(value: Any) -> Any:
 # on one thread, and separates them from models ten times smaller by more than the seed-to-seed
 # spread. Digits needs its 20 epochs to clear 90%; synthetic-vqa learns no better at a higher rate
 # or with more epochs; synthetic-captions reaches 2x the constant caption's CIDEr-D in every seed
-# at batch 32 (at batch 64 one seed of three only just did). synthetic-vqa trains batches of 16
-# at a constant rate without warm-up: a smoke study's 40-batch trial then ranks architectures
-# (Kendall's tau against 6 whole epochs) 0.04-0.15 below what one more full training reaches, on
-# four draws, where batches of 64 with a warm-up and a cosine decay ranked 0.18-0.31 below it on
-# three (benchmarks/proxy_fidelity.py).
+# at batch 32 (at batch 64 one seed of three only just did).
 _QUICK: dict[str, dict[str, Any]] = {
     "digits": {"epochs": 20, "batch_size": 64, "lr": 2e-3, "warmup_epochs": 1.0},
-    "synthetic-vqa": {"epochs": 6, "batch_size": 16, "lr": 1e-3, "schedule": "constant",
-                      "warmup_epochs": 0.0},
+    "synthetic-vqa": {"epochs": 6, "batch_size": 64, "lr": 1e-3},
     "synthetic-captions": {"epochs": 6, "batch_size": 32, "lr": 2e-3},
 }
 
