@@ -21,6 +21,7 @@ import json
 import math
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -157,6 +158,22 @@ class DefineByRun:
         return {"arch": config.to_dict(), "overrides": overrides,
                 "params": float(cost.params), "madds": float(cost.madds),
                 "feasible": cost.params <= self.task.params_max}
+
+
+class PicklableNSGAII(optuna.samplers.NSGAIISampler):
+    """Optuna's NSGA-II as Tune can keep it: Optuna 5's holds a ``threading.Lock`` (its
+    generation cache), which Tune's ``Tuner`` cannot pickle with its searcher ("cannot pickle
+    '_thread.lock' object"). The lock is left out of the pickle and a new one made on loading;
+    the sampling is Optuna's own."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_thread_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._thread_lock = threading.Lock()
 
 
 class EpochBudget(Stopper):

@@ -74,6 +74,7 @@ from _search_arms import (
     DIRECTIONS,
     WORKERS,
     Budget,
+    PicklableNSGAII,
     Point,
     Task,
     engine_arm,
@@ -171,8 +172,7 @@ def run_seed(task: Task, arms: list[str], seed: int, budget: Budget, tmp: Path,
                                      reference)
         elif arm == "b":
             points[arm] = tune_arm(task, tmp / "tune", f"b{tag}", seed, budget,
-                                   optuna.samplers.NSGAIISampler(
-                                       population_size=task.population, seed=seed))
+                                   PicklableNSGAII(population_size=task.population, seed=seed))
         elif arm == "c":
             points[arm] = tune_arm(task, tmp / "tune", f"c{tag}", seed, budget,
                                    optuna.samplers.TPESampler(seed=seed, multivariate=True,

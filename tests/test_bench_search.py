@@ -17,7 +17,7 @@ import pytest
 _path = list(sys.path)
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 try:
-    from _search_arms import EpochBudget
+    from _search_arms import EpochBudget, PicklableNSGAII
     from search import SeedRun, curve, epochs_to_reach, final
 finally:
     sys.path[:] = _path
@@ -57,3 +57,38 @@ def test_the_stopper_never_stops_before_the_budget(budget: int) -> None:
         assert not stop.stop_all()
         stop(f"t{reported}", {"epoch": 1})
     assert stop.stop_all()
+
+
+def test_the_nsga2_peer_pickles_with_its_tune_searcher_and_samples_as_optunas() -> None:
+    """Tune's ``Tuner`` pickles its searcher; Optuna 5's NSGA-II holds a lock that cannot be.
+    The benchmark's copy pickles, and after a round trip draws what Optuna's own draws."""
+    import optuna
+    from ray import cloudpickle
+    from ray.tune.search.optuna import OptunaSearch
+
+    def space(trial: optuna.Trial) -> None:
+        trial.suggest_int("x", 0, 100)
+        trial.suggest_categorical("k", [1, 2, 4])
+
+    # Why the copy exists; once Optuna's own pickles, this raises no more and the copy can go.
+    with pytest.raises(TypeError, match="lock"):
+        cloudpickle.dumps(optuna.samplers.NSGAIISampler(population_size=4, seed=1))
+    searcher = OptunaSearch(space, metric=["a", "b"], mode=["max", "min"],
+                            sampler=PicklableNSGAII(population_size=4, seed=1))
+    loaded = cloudpickle.loads(cloudpickle.dumps(searcher))
+    before, after = searcher._sampler, loaded._sampler
+    assert isinstance(before, PicklableNSGAII) and isinstance(after, PicklableNSGAII)
+    assert after._thread_lock is not before._thread_lock
+
+    def draws(sampler: optuna.samplers.BaseSampler) -> list[dict[str, object]]:
+        study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+        out = []
+        for _ in range(10):
+            trial = study.ask()
+            space(trial)
+            study.tell(trial, [trial.params["x"], trial.params["k"]])
+            out.append(trial.params)
+        return out
+
+    assert draws(cloudpickle.loads(cloudpickle.dumps(PicklableNSGAII(population_size=4, seed=1)))
+                 ) == draws(optuna.samplers.NSGAIISampler(population_size=4, seed=1))
