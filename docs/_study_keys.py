@@ -75,7 +75,8 @@ MEANINGS: dict[str, str] = {
     "tune.storage_path": "where Tune's experiment folders go (default `nas_runs/<study>` under "
                          "the current folder; on a cluster, a folder every node sees)",
     "smoke": "`true`, or a mapping of the caps below: try the space at a laptop's scale (every "
-             "architecture drawn is shrunk before it is costed)",
+             "architecture drawn is shrunk before it is costed; on `synthetic-vqa` the trials "
+             "train batches of 16 at a constant rate unless `train` says otherwise)",
     "smoke.width": "`d_model` at most this (a multiple of heads and groups; `d_ff` in "
                    "proportion)",
     "smoke.depth": "each stack and each Swin stage at most this many layers",

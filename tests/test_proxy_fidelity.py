@@ -181,9 +181,8 @@ def test_the_measured_digits_trainings_print_the_documented_taus(
 
 def test_a_smoke_vqa_trial_trains_the_measured_proxy_and_the_truth_stays_pinned() -> None:
     """A smoke study's trial on ``synthetic-vqa`` trains the proxy the docstring's vqa tables
-    measured best (batches of 16, constant rate, no warm-up: 40 batches a trial), and the task's
-    quick defaults stay as they were; the full side names its own settings, so its trainings (and
-    their cache keys) do not move with either."""
+    measured best (batches of 16, constant rate, no warm-up: 40 batches a trial); the full side
+    names its own settings, so its trainings (and their cache keys) do not move with it."""
     from studies._trials import base_settings
 
     setup = pf.SETUPS["vqa"]
