@@ -38,9 +38,10 @@ __all__ = ["SMOKE_TRAIN", "Smoke", "parse_smoke"]
 #: Training defaults of a smoke study's trials, per task: over the task's quick defaults
 #: (``trainers.config.quick_defaults``), under the study's ``train``. On ``synthetic-vqa`` a smoke
 #: trial of the ``lw_transformer`` space (4 epochs of 10 batches) trained this way ranks the
-#: shrunk architectures (Kendall's tau against 6 whole epochs) 0.04-0.15 below what one more full
-#: training reaches, on four draws, where the task's defaults (batches of 64, a half-epoch
-#: warm-up, a cosine decay) ranked 0.18-0.31 below it on three (benchmarks/proxy_fidelity.py).
+#: shrunk architectures (Kendall's tau against 6 whole epochs) 0.06 below what one more full
+#: training reaches on average over five draws (0.11 above it to 0.15 below), where the task's
+#: defaults (batches of 64, a half-epoch warm-up, a cosine decay) ranked 0.18-0.31 below it on
+#: three (benchmarks/proxy_fidelity.py).
 #: Not the task's defaults: over 6 whole epochs (``nas train``) they leave a model ten times
 #: smaller within the seeds' spread of the dense one (``benchmarks/proxies.py``: gap 0.045,
 #: spread 0.046), where the task's defaults keep them apart.
