@@ -23,15 +23,19 @@ neighbouring full scores says whether the full ranking is above the seed noise.
 
 The tasks (``SETUPS``):
 
-- ``digits``: the shipped ``quickstart`` study on ``digits`` (params <= 2e5): the proxy is its
-  trial (16 whole epochs of 23 batches), full is what ``nas promote`` trains by default (4x: 64
-  whole epochs). The search benchmark's cheaper proxy (4 epochs of at most 10 batches against 5
-  whole epochs) is ``--proxy epochs=4 --proxy max_steps_per_epoch=10 --full epochs=5``.
+- ``digits``: the ``quickstart`` space on ``digits`` (params <= 2e5): the proxy is a trial of 16
+  whole epochs of 23 batches of 64, as the search benchmark's digits task trains them (the
+  ``quickstart`` study itself trains batches of 32: ``--proxy batch_size=32``); full is what
+  ``nas promote`` trains by default (4x: 64 whole epochs). The search benchmark's cheaper proxy
+  (4 epochs of at most 10 batches against 5 whole epochs) is ``--proxy epochs=4 --proxy
+  max_steps_per_epoch=10 --full epochs=5``.
 - ``vqa``: the ``lw_transformer`` space on ``synthetic-vqa`` at smoke scale (width 64, depth 2;
   params <= 3.2e5, about half the space's draws); the proxy is a smoke study's trial (4 epochs
-  of at most 10 batches, ``studies.smoke``: 40 batches); full is 6 whole epochs (63 batches
-  each, 378 batches) of the same shrunk architectures, where the learning curves of a
-  12-epoch run have flattened to within about 0.05 of their end.
+  of at most 10 batches, ``studies.smoke``: 40 batches; of 16 at a constant rate without warm-up
+  since 2026-12-07, ``studies.smoke.SMOKE_TRAIN``: the tables' "shipped proxy" of before is
+  ``--proxy batch_size=64 --proxy schedule=cosine --proxy warmup_epochs=0.5``); full is 6 whole
+  epochs (63 batches each, 378 batches) of the same shrunk architectures, where the learning
+  curves of a 12-epoch run have flattened to within about 0.05 of their end.
 
 ``--proxy`` / ``--full`` override a setting of either side (a training key, e.g.
 ``--proxy warmup_epochs=0 --proxy schedule=constant``); ``--quick`` is ``--pairs 4`` with full
