@@ -9,11 +9,14 @@ one runs no other trial's result is handled and no freed slot is filled. At the 
 the seconds of each call go to ``FOLDER/ARM-PID.json``; :func:`summary` reads them back.
 
 The engine: ``StudySearcher.suggest`` (the ask, the sampler, the parameters drawn, a new
-architecture's traced pass, the launch attributes), ``on_trial_complete`` (the ending's
-attributes and the epochs kept, then the tell) and ``write_epochs`` (the epoch reports kept,
-at most once a second). The peer: ``OptunaSearch.suggest`` (the ask, the define-by-run
-parameters), ``on_trial_result`` and ``on_trial_complete`` (the tell). Both:
-``TuneController.save_to_dir``, Tune's experiment checkpoint.
+architecture's traced pass, the launch attributes; a trial asked ahead: its launch alone),
+``ask_ahead`` (from ``studies.searcher.ASK_AHEAD_FROM`` trials at once, the same work for the
+next trial at the end of a step in which every slot is busy; called at every step's end),
+``on_trial_complete`` (the ending's attributes and the epochs kept, then the tell) and
+``write_epochs`` (the epoch reports kept, at most once a second). The peer:
+``OptunaSearch.suggest`` (the ask, the define-by-run parameters), ``on_trial_result`` and
+``on_trial_complete`` (the tell). Both: ``TuneController.save_to_dir``, Tune's experiment
+checkpoint.
 """
 
 from __future__ import annotations
@@ -68,7 +71,8 @@ def time_engine() -> None:
 
     _start("nas", [(StudySearcher, "suggest", "suggest"),
                    (StudySearcher, "on_trial_complete", "end"),
-                   (StudySearcher, "write_epochs", "epochs")])
+                   (StudySearcher, "write_epochs", "epochs"),
+                   (StudySearcher, "ask_ahead", "ask ahead")])
 
 
 def time_peer() -> None:

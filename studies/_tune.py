@@ -186,6 +186,7 @@ def fit(run: StudyRun, evaluator: Evaluator | None, pool: int, deadline: float,
                                     gpu=spec.resources.gpu)
     resources, pool = trial_resources(run, evaluator, pool)
     searcher.resources = resources  # the memory estimate: from costing, sent with the trial
+    searcher.pool = pool  # from ASK_AHEAD_FROM at once, the next trial is asked ahead
     storage_path = tune_storage_path(spec)
     name = "tune-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
     run.store.set_study_attrs(run.study, {StudyKey.TUNE_DIR: str(storage_path / name)})

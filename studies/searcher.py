@@ -7,13 +7,15 @@ architecture (the search space), computes the cheap objectives on the meta devic
 - reuses the result of the same architecture trained with the same settings,
 - makes a twin of a trial in flight wait for its result,
 
-and hands Tune only what must train. ``on_trial_complete`` tells the study how the trial ended
-(complete, pruned by the scheduler, failed). Every ending is written through the study's store
-(``studies.store.StudyStore``) and counted in one ``studies._tally.Tally``; the budget, the
-deadline and the waiting twins are ``studies._pace.Pace``'s; the scheduler tells what it stopped
-through ``on_stop``. ``StudyCallback`` is the searcher's view of what Tune does not show a
-searcher: every epoch report (the one a scheduler stops on included; written to the database at
-the end of Tune's step, once Tune has sent the trial on, at most once each
+and hands Tune only what must train. From ``ASK_AHEAD_FROM`` trials at once it asks the next
+trial at the end of a Tune step in which every slot is busy (``ask_ahead``), so that a freed
+slot is filled without waiting for the sampler. ``on_trial_complete`` tells the study how the
+trial ended (complete, pruned by the scheduler, failed). Every ending is written through the
+study's store (``studies.store.StudyStore``) and counted in one ``studies._tally.Tally``; the
+budget, the deadline and the waiting twins are ``studies._pace.Pace``'s; the scheduler tells
+what it stopped through ``on_stop``. ``StudyCallback`` is the searcher's view of what Tune does
+not show a searcher: every epoch report (the one a scheduler stops on included; written to the
+database at the end of Tune's step, once Tune has sent the trial on, at most once each
 ``EPOCH_WRITE_SECONDS`` in one transaction, and in the transaction of a trial's ending), the
 error of a failed trial, and a clock for the progress line.
 
@@ -86,6 +88,13 @@ MAX_INFRASTRUCTURE_RERUNS = 2
 #: study of short trials then commits a few times a second, not once per report; the dashboard
 #: and ``nas status`` see an epoch at most this late.
 EPOCH_WRITE_SECONDS = 1.0
+
+#: From this many trials at once, the searcher asks the next trial ahead of a free slot: at the
+#: end of a Tune step in which every slot is busy (:meth:`StudySearcher.ask_ahead`), so that
+#: when a trial ends its slot is filled without the sampler's wait. The trial asked ahead is
+#: chosen without the result of the one whose slot it takes, as one more trial at once would
+#: be; below this many at once that costs the search more than the wait costs the cluster.
+ASK_AHEAD_FROM = 8
 
 
 def _cost_and_memory(config: Any, geometry: TaskGeometry) -> tuple[Cost, MemoryProfile]:
@@ -209,6 +218,10 @@ class StudySearcher(Searcher):
         #: profile costing gave (``TrialResources.from_profile``) and sent in the config as
         #: ``memory_estimate``; None: not sent.
         self.resources: TrialResources | None = None
+        #: Trials at once (Tune's concurrency limit, set by ``studies._tune.fit``): from
+        #: ``ASK_AHEAD_FROM`` a trial is asked ahead of a free slot and kept in ``ahead``.
+        self.pool = 1
+        self.ahead: _Candidate | None = None
         metric = [i for i, o in enumerate(spec.objectives) if o.source == "metric"]
         if metric:  # a cost-aware sampler costs its candidates as this searcher costs a trial
             bind(run.study.sampler, Costing(self._cost_of, self._key_of, metric[0],
@@ -242,10 +255,19 @@ class StudySearcher(Searcher):
         if self.pace.closed():
             for candidate in self.pace.take_ready():
                 self._interrupt(candidate)
+            self._drop_ahead()
             return self._finished_or_wait()
         twin = self.pace.next_ready()
         if twin is not None:
             return self._launch(trial_id, twin)
+        if self.ahead is not None:
+            if len(self.live) >= self.max_live:
+                return None  # fewer at once since workers were lost: wait for one to end
+            ahead, self.ahead = self.ahead, None
+            if ahead.key in self.known:  # a trial of its key completed since it was asked
+                self._reuse(ahead)
+            elif not self.pace.defer(ahead):
+                return self._launch(trial_id, ahead)
         while not self.pace.halted and not self._converged():
             if not self.pace.room(self.tally.counted, len(self.live)):
                 return self._finished_or_wait()
@@ -287,6 +309,44 @@ class StudySearcher(Searcher):
         except BaseException:  # its ending was not written: closed with the run (close())
             self.live.setdefault(trial_id, candidate)
             raise
+
+    @_guarded
+    def ask_ahead(self) -> None:
+        """At the end of Tune's step: from ``ASK_AHEAD_FROM`` trials at once, while every slot
+        is busy and the budget has room for one more, ask the next trial now (sampled, mapped,
+        costed, its attributes written) and keep it in ``ahead``; the next :meth:`suggest`
+        launches it. A twin of a trial in flight waits as :meth:`suggest` keeps one."""
+        if (self.ahead is not None or self.fault or self.pool < ASK_AHEAD_FROM
+                or len(self.live) < min(self.pool, self.max_live)
+                or self.pace.closed() or self.pace.ready):
+            return
+        while not self.pace.halted and not self._converged():
+            if not self.pace.room(self.tally.counted, len(self.live)):
+                return
+            sampled = self._ask()
+            self._show()
+            if sampled is None:
+                continue
+            self.store.record_sampled(sampled.trial, sampled.attrs)
+            sampled.stored = True
+            if not self.pace.defer(sampled):
+                self.ahead = sampled
+                return
+
+    def _drop_ahead(self) -> None:
+        """Close the trial asked ahead that no slot took (the run ends): interrupted, not
+        counted, not enqueued again (it never trained; a later run's sampler draws afresh)."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is None:
+            return
+        try:
+            self.store.close_interrupted(
+                self.run.study, [ahead.trial], rerun=False,
+                reason="the run ended before this trial, asked ahead of a free slot, started")
+        except NasError:
+            self.unclosed += 1
+            return
+        self._told(Status.INTERRUPTED)
 
     # ------------------------------------------------------------------ the scheduler's input
     def on_stop(self, trial_id: str, epoch: int) -> None:
@@ -386,6 +446,7 @@ class StudySearcher(Searcher):
         for candidate in [*self.live.values(), *self.errored.values(), *self.pace.take_all()]:
             self._interrupt(candidate)
         self.live, self.errored = {}, {}
+        self._drop_ahead()
         if self.progress is not None:
             self.progress.close()
 
@@ -695,4 +756,5 @@ class StudyCallback(Callback):
 
     def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
         self.searcher.write_epochs()
+        self.searcher.ask_ahead()
         self.searcher.tick()
