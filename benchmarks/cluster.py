@@ -29,8 +29,13 @@ is timed by a wrapper that records the same, ``bench:suggest_seconds``). Below e
 its driver adds to a trial (the trials time themselves, ``$NAS_BENCH_TIMES``): the median and
 90th percentile of a report's round trip (Tune's function trainable waits for the driver to
 handle each result), a trial's seconds from ask to tell (median, mean, and mean past the first C
-trials asked, whose worker processes start) against its function's seconds on the worker, and
-the median and mean time from a tell to the next ask (the freed slot's refill).
+trials asked, whose worker processes start) against its function's seconds on the worker, the
+median and mean time from a tell to the next ask, and a worker's refill: the time from one
+function's end to the next one's start in the same worker process (Tune reuses its actors), the
+freed slot's refill as the worker sees it. From ``studies.searcher.ASK_AHEAD_FROM`` (8) trials at
+once the engine asks a trial ahead of a free slot: such a trial starts in the database before its
+slot frees, so the engine's ask-to-tell spans, busy slots and tell-to-ask times include that
+wait (trials per second and the worker's refill do not).
 
 The arms run one after the other, so the second finds a cluster the first has run on (at 64
 trials at once the arm that ran second did better in every pair of runs, whichever it was).
@@ -441,9 +446,17 @@ def latency(times: Path, arm: str, since: float, ended: list[tuple[float, float]
     against the mean seconds its function ran on the worker (their difference is the launch
     and the end), and the mean past the first ``concurrency`` trials asked (those wait for
     their worker processes to start)."""
-    lines = [json.loads(line) for f in sorted(times.glob("*.jsonl"))
+    lines = [{**json.loads(line), "pid": f.stem} for f in sorted(times.glob("*.jsonl"))
              for line in f.read_text().splitlines() if line.strip()]
     mine = [x for x in lines if x["arm"] == arm and x["entered"] >= since]
+    # A worker process (Tune reuses its actor) runs one trial after another: the gap from one
+    # function's end to the next one's start there is the freed slot's refill, as the worker
+    # sees it (the driver's handling of the end, the next suggestion, Tune's reset and start).
+    runs: dict[str, list[tuple[float, float]]] = {}
+    for x in mine:
+        runs.setdefault(x["pid"], []).append((x["entered"], x["left"]))
+    refills = [b[0] - a[1] for spans in runs.values()
+               for a, b in zip(sorted(spans), sorted(spans)[1:], strict=False)]
     trips = [r for x in mine for r in x["reports"] if r > 1e-3]  # the engine's held report: 0
     if not mine or not trips or not ended:
         return ""
@@ -461,7 +474,10 @@ def latency(times: Path, arm: str, since: float, ended: list[tuple[float, float]
             f"{statistics.mean(spans[concurrency:] or spans):.3f}), its function {ran:.3f} s on "
             "the worker (mean, "
             f"{len(mine)} trials); a tell to the next ask median "
-            f"{statistics.median(gaps) * 1000:.0f} ms (mean {statistics.mean(gaps) * 1000:.0f})")
+            f"{statistics.median(gaps) * 1000:.0f} ms (mean {statistics.mean(gaps) * 1000:.0f})"
+            + (f"; a worker's refill (one function's end to the next one's start) median "
+               f"{statistics.median(refills) * 1000:.0f} ms (mean "
+               f"{statistics.mean(refills) * 1000:.0f}, {len(refills)})" if refills else ""))
 
 
 # ----------------------------------------------------------------------------- faults

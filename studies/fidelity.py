@@ -18,8 +18,8 @@ from optuna.trial import FrozenTrial, TrialState
 from studies._trials import StudyRun
 from studies.store import StudyKey, trial_attrs
 
-__all__ = ["NoiseCeiling", "fidelity", "kendall_rows", "noise_ceiling", "rank_agreement",
-           "record_fidelity"]
+__all__ = ["NoiseCeiling", "Resolved", "fidelity", "kendall_rows", "noise_ceiling",
+           "rank_agreement", "record_fidelity", "resolved_pairs"]
 
 
 def rank_agreement(proxy: Sequence[float], promoted: Sequence[float]) -> tuple[
@@ -99,6 +99,46 @@ def noise_ceiling(scores: Sequence[Sequence[float]], *, draws: int = 2000,
         return float(mid), float(lo), float(hi)
 
     return NoiseCeiling(k, std, summary(free), summary(one))
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The pairs of configurations whose order the truth (a mean of ``seeds`` trainings each)
+    resolves: those whose means differ by more than ``z`` standard errors of a difference
+    (``margin``, from the seeds' pooled spread), each as ``(better, worse)``, out of ``of``."""
+
+    seeds: int
+    z: float
+    margin: float
+    pairs: tuple[tuple[int, int], ...]
+    of: int
+
+    def agreeing(self, ranking: Sequence[float]) -> float:
+        """How many resolved pairs ``ranking`` (more is better) orders as the truth does; a tie
+        counts a half."""
+        return sum(1.0 if ranking[a] > ranking[b] else 0.5 if ranking[a] == ranking[b] else 0.0
+                   for a, b in self.pairs)
+
+
+def resolved_pairs(scores: Sequence[Sequence[float]], *, z: float = 1.96) -> Resolved | None:
+    """The pairs whose order the truth resolves (:class:`Resolved`); ``None`` with fewer than
+    two configurations or two seeds each. ``scores[i]``: configuration ``i``'s score from each
+    of its ``k`` seeds (the same ``k`` for all). Where the seeds' noise swamps the gaps between
+    configurations, few pairs are resolved, and no proxy can be judged on the others."""
+    k = len(scores[0]) if scores else 0
+    if any(len(row) != k for row in scores):
+        raise ValueError(f"Every configuration needs the same number of seeds, but got "
+                         f"{sorted({len(row) for row in scores})}.")
+    if len(scores) < 2 or k < 2:
+        return None
+    means = [statistics.fmean(row) for row in scores]
+    std = math.sqrt(statistics.fmean(statistics.variance(row) for row in scores))
+    margin = z * std * math.sqrt(2.0 / k)
+    n = len(means)
+    pairs = tuple((i, j) if means[i] > means[j] else (j, i)
+                  for i in range(n) for j in range(i + 1, n)
+                  if abs(means[i] - means[j]) > margin)
+    return Resolved(k, z, margin, pairs, n * (n - 1) // 2)
 
 
 def fidelity(trials: Sequence[FrozenTrial], objective_names: Sequence[str], *, epochs: int,

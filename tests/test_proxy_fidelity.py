@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from benchmarks import proxy_fidelity as pf
-from studies.fidelity import kendall_rows, noise_ceiling, rank_agreement
+from studies.fidelity import kendall_rows, noise_ceiling, rank_agreement, resolved_pairs
 
 
 def test_kendall_rows_is_scipys_tau_b_row_by_row_ties_and_constant_rows_included() -> None:
@@ -71,6 +71,28 @@ def test_the_ceiling_needs_two_configurations_of_two_seeds_each_and_equal_seeds(
     assert noise_ceiling([]) is None
     with pytest.raises(ValueError, match="same number of seeds"):
         noise_ceiling([[0.5, 0.6], [0.7]])
+
+
+def test_the_resolved_pairs_are_those_further_apart_than_the_seeds_noise_allows() -> None:
+    # Two seeds each, 0.02 apart, means 0.50, 0.51, 0.60 and 0.70: the margin is 1.96 standard
+    # errors of a difference of two-seed means (0.028), so only the pairs 0.09 or more apart
+    # are resolved.
+    scores = [[0.49, 0.51], [0.50, 0.52], [0.59, 0.61], [0.69, 0.71]]
+    resolved = resolved_pairs(scores)
+    assert resolved is not None
+    std = float(np.std([-0.01, 0.01], ddof=1))
+    assert resolved.margin == pytest.approx(1.96 * std * np.sqrt(2 / 2))
+    assert resolved.seeds == 2 and resolved.of == 6
+    assert sorted(resolved.pairs) == [(2, 0), (2, 1), (3, 0), (3, 1), (3, 2)]
+    assert resolved.agreeing([0.0, 1.0, 2.0, 3.0]) == 5  # the truth's order
+    assert resolved.agreeing([3.0, 2.0, 1.0, 0.0]) == 0  # reversed
+    assert resolved.agreeing([0.0, 0.0, 0.0, 0.0]) == 2.5  # all tied: a half each
+    # The same means with a spread ten times wider: nothing is resolved.
+    wide = resolved_pairs([[m - 0.1, m + 0.1] for m in (0.50, 0.51, 0.60, 0.70)])
+    assert wide is not None and wide.pairs == () and wide.of == 6
+    assert resolved_pairs([[0.5, 0.6]]) is None and resolved_pairs([[0.5], [0.6]]) is None
+    with pytest.raises(ValueError, match="same number of seeds"):
+        resolved_pairs([[0.5, 0.6], [0.7]])
 
 
 class _KnownScores:
@@ -140,6 +162,14 @@ def test_the_benchmark_scores_the_proxy_by_seed_0_and_prints_its_noise_and_ceili
     assert line is not None
     assert float(line[1]) == pytest.approx(ceiling.seed_std, abs=5e-5)
     assert float(line[2]) == pytest.approx(ceiling.noise_free[0], abs=5e-4)
+    resolved = resolved_pairs([[runner.score(j) for j in full
+                                if pf.Job(j.task, j.arch, {}).key() == a] for a in order])
+    assert resolved is not None
+    agree = (f"the proxy {resolved.agreeing(scores(proxy, 0)):g}, its seed 1 "
+             f"{resolved.agreeing(scores(proxy, 1)):g}, parameters "
+             f"{resolved.agreeing([float(d[2]) for d in drawn]):g}, MAdds "
+             f"{resolved.agreeing([float(d[3]) for d in drawn]):g}")
+    assert (f"{len(resolved.pairs)} of 6; ordered as the truth orders them by {agree}") in out
 
 
 class _MeasuredOnly(pf.Runner):
@@ -161,6 +191,10 @@ _CONSTANT_16 = {"schedule": "constant", "warmup_epochs": 0, "batch_size": 16}
     (1, {}, "digits: Kendall tau +0.344"),
     (1, _CONSTANT_16, "digits: Kendall tau +0.295"),
     (1, {"batch_size": 16}, "digits: proxy seed 1: tau +0.594 against the full score, +0.031"),
+    (0, {}, "12 of 66; ordered as the truth orders them by the proxy 11, its seed 1 11, "
+            "parameters 11, MAdds 10.5"),
+    (1, _CONSTANT_16, "9 of 66; ordered as the truth orders them by the proxy 7, its seed 1 4, "
+                      "parameters 8, MAdds 0.5"),
 ])
 def test_the_measured_digits_trainings_print_the_documented_taus(
         draw: int, proxy: dict[str, Any], printed: str,
