@@ -67,6 +67,19 @@ class NoiseCeiling:
     one_seed: tuple[float, float, float]
 
 
+def _seeded(scores: Sequence[Sequence[float]]) -> tuple[int, list[float], float] | None:
+    """The seeds each configuration has (``k``, the same for all), their means and the seeds'
+    pooled standard deviation; ``None`` with fewer than two configurations or two seeds each."""
+    k = len(scores[0]) if scores else 0
+    if any(len(row) != k for row in scores):
+        raise ValueError(f"Every configuration needs the same number of seeds, but got "
+                         f"{sorted({len(row) for row in scores})}.")
+    if len(scores) < 2 or k < 2:
+        return None
+    std = math.sqrt(statistics.fmean(statistics.variance(row) for row in scores))
+    return k, [statistics.fmean(row) for row in scores], std
+
+
 def noise_ceiling(scores: Sequence[Sequence[float]], *, draws: int = 2000,
                   seed: int = 0) -> NoiseCeiling | None:
     """How far seed noise alone caps Kendall's tau against a mean of seeds (a parametric
@@ -80,14 +93,11 @@ def noise_ceiling(scores: Sequence[Sequence[float]], *, draws: int = 2000,
     more than the true ones (they hold noise too), so both figures lean high: a proxy that
     misses them is not shown to be bad, one that misses ``noise_free`` by far is.
     """
-    k = len(scores[0]) if scores else 0
-    if any(len(row) != k for row in scores):
-        raise ValueError(f"Every configuration needs the same number of seeds, but got "
-                         f"{sorted({len(row) for row in scores})}.")
-    if len(scores) < 2 or k < 2:
+    seeded = _seeded(scores)
+    if seeded is None:
         return None
-    means = np.array([statistics.fmean(row) for row in scores])
-    std = math.sqrt(statistics.fmean(statistics.variance(row) for row in scores))
+    k, listed, std = seeded
+    means = np.array(listed)
     rng = np.random.default_rng(seed)
     truth = means + rng.normal(0.0, std / math.sqrt(k), (draws, len(means)))
     proxy = means + rng.normal(0.0, std, (draws, len(means)))
@@ -125,14 +135,10 @@ def resolved_pairs(scores: Sequence[Sequence[float]], *, z: float = 1.96) -> Res
     two configurations or two seeds each. ``scores[i]``: configuration ``i``'s score from each
     of its ``k`` seeds (the same ``k`` for all). Where the seeds' noise swamps the gaps between
     configurations, few pairs are resolved, and no proxy can be judged on the others."""
-    k = len(scores[0]) if scores else 0
-    if any(len(row) != k for row in scores):
-        raise ValueError(f"Every configuration needs the same number of seeds, but got "
-                         f"{sorted({len(row) for row in scores})}.")
-    if len(scores) < 2 or k < 2:
+    seeded = _seeded(scores)
+    if seeded is None:
         return None
-    means = [statistics.fmean(row) for row in scores]
-    std = math.sqrt(statistics.fmean(statistics.variance(row) for row in scores))
+    k, means, std = seeded
     margin = z * std * math.sqrt(2.0 / k)
     n = len(means)
     pairs = tuple((i, j) if means[i] > means[j] else (j, i)

@@ -112,14 +112,19 @@ def test_the_budget_counts_the_trial_asked_ahead(tmp_path: Path) -> None:
     assert searcher.tally.counted == 2
 
 
-def test_a_run_that_ends_closes_the_trial_asked_ahead_and_enqueues_only_those_that_trained(
-        tmp_path: Path) -> None:
+def _asked_ahead(tmp_path: Path) -> tuple[StudyRun, StudySearcher, Any]:
+    """A searcher with every slot of ``ASK_AHEAD_FROM`` busy and one trial asked ahead."""
     run = _run(tmp_path)
     searcher = _searcher(run)
     _fill(searcher, ASK_AHEAD_FROM)
     searcher.ask_ahead()
-    ahead = searcher.ahead
-    assert ahead is not None
+    assert searcher.ahead is not None
+    return run, searcher, searcher.ahead
+
+
+def test_a_run_that_ends_closes_the_trial_asked_ahead_and_enqueues_only_those_that_trained(
+        tmp_path: Path) -> None:
+    run, searcher, ahead = _asked_ahead(tmp_path)
     searcher.close()
     stored = run.storage.get_trial(ahead.trial._trial_id)
     assert stored.state == TrialState.FAIL
@@ -135,12 +140,7 @@ def test_a_run_that_ends_closes_the_trial_asked_ahead_and_enqueues_only_those_th
 
 def test_past_the_deadline_a_freed_slot_does_not_start_the_trial_asked_ahead(
         tmp_path: Path) -> None:
-    run = _run(tmp_path)
-    searcher = _searcher(run)
-    _fill(searcher, ASK_AHEAD_FROM)
-    searcher.ask_ahead()
-    ahead = searcher.ahead
-    assert ahead is not None
+    run, searcher, ahead = _asked_ahead(tmp_path)
     searcher.pace.deadline = -math.inf
     _complete(searcher, "t0")
     assert searcher.suggest("t-late") == "FINISHED"
