@@ -77,6 +77,13 @@ def _run(args: argparse.Namespace) -> int:
     print(f"  the cost alone against the same promoted accuracy (more ranked higher): "
           f"parameters Kendall tau {_tau(result.get('params_kendall_tau'))}, MAdds Kendall tau "
           f"{_tau(result.get('madds_kendall_tau'))}")
+    resolved = result.get("resolved")
+    if isinstance(resolved, dict):  # a seeded promotion: the pairs its truth can order
+        print(f"  the pairs the promoted accuracy resolves (means {resolved['margin']:.4f} or "
+              f"more apart over {resolved['seeds']} seeds): {resolved['pairs']} of "
+              f"{resolved['of']}; ordered as it orders them by the proxy "
+              f"{_count(resolved['proxy'])}, parameters {_count(resolved['params'])}, MAdds "
+              f"{_count(resolved['madds'])}")
     pairs = promoted_pairs(spec.name, plan.source.store)
     if pairs:
         print("  source trial  proxy accuracy  promoted accuracy")
@@ -113,6 +120,11 @@ def _check_task_kind(plan: Plan) -> None:
 
 def _article(word: str) -> str:
     return "an" if word[:1] in "aeiou" else "a"
+
+
+def _count(value: Any) -> str:
+    """A count of pairs as printed (a tie counts a half): ``-`` where there is none."""
+    return "-" if value is None else f"{value:g}"
 
 
 def _tau(value: Any) -> str:

@@ -174,7 +174,9 @@ def fidelity(trials: Sequence[FrozenTrial], objective_names: Sequence[str], *, e
             "task": task, "proxy_epochs": proxy_epochs,
             "params_kendall_tau": _cost_tau(costs, "params", truth),
             "madds_kendall_tau": _cost_tau(costs, "madds", truth),
-            "noise_ceiling": _ceiling([acc for _, acc, _ in by_source.values()])}
+            "noise_ceiling": _ceiling([acc for _, acc, _ in by_source.values()]),
+            "resolved": _resolved([acc for _, acc, _ in by_source.values()],
+                                  [proxy for proxy, _, _ in by_source.values()], costs)}
 
 
 def _cost_tau(costs: Sequence[dict[str, Any] | None], key: str,
@@ -199,6 +201,29 @@ def _ceiling(seeds: list[list[float]]) -> dict[str, Any] | None:
         return None
     return {"seeds": ceiling.seeds, "seed_std": ceiling.seed_std,
             "noise_free": ceiling.noise_free[0], "one_seed": ceiling.one_seed[0]}
+
+
+def _resolved(seeds: list[list[float]], proxy: Sequence[float],
+              costs: Sequence[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """After a seeded promotion (each pair the same two or more seeds): the pairs its mean
+    promoted accuracy resolves (:func:`resolved_pairs`), and how many of them the proxy, and
+    the parameters and MAdds alone (``None`` unless every pair holds that cost), order as it
+    does. ``None`` otherwise."""
+    if len({len(acc) for acc in seeds}) != 1:
+        return None
+    resolved = resolved_pairs(seeds)
+    if resolved is None:
+        return None
+
+    def by_cost(key: str) -> float | None:
+        counts = [None if cost is None else cost.get(key) for cost in costs]
+        if any(not isinstance(c, (int, float)) or isinstance(c, bool) for c in counts):
+            return None
+        return resolved.agreeing([float(c) for c in counts if c is not None])
+
+    return {"seeds": resolved.seeds, "margin": resolved.margin, "pairs": len(resolved.pairs),
+            "of": resolved.of, "proxy": resolved.agreeing(proxy), "params": by_cost("params"),
+            "madds": by_cost("madds")}
 
 
 def record_fidelity(run: StudyRun) -> None:

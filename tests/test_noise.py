@@ -31,7 +31,7 @@ from nas.errors import ConfigError
 from nas_cli._common import format_agreement
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study, run_study
-from studies.fidelity import noise_ceiling
+from studies.fidelity import noise_ceiling, resolved_pairs
 from studies.noise import noisy_front, seed_spread, spread_of, within_noise
 from studies.promote import plan_promotion
 from studies.store import StoredValueError, StudyKey, StudyStore, TrialKey, trial_attrs
@@ -194,6 +194,17 @@ def test_a_seeded_promotion_stores_each_seed_and_pareto_shows_the_spread(
     assert stored["noise_ceiling"]["seed_std"] == pytest.approx(ceiling.seed_std)
     assert (f"against the mean of 2 seeds, the seed noise caps tau near "
             f"{stored['noise_ceiling']['noise_free']:+.3f} for a noise-free proxy") in out
+    # And the pairs that mean resolves, with how many of them the proxy orders as it does.
+    resolved = resolved_pairs([by_source[n] for n in sorted(by_source)])
+    assert resolved is not None
+    proxy = {t.user_attrs[TrialKey.SOURCE_TRIAL]: t.user_attrs[TrialKey.SOURCE_VALUE]
+             for t in trials}
+    kept = stored["resolved"]
+    assert (kept["seeds"], kept["pairs"], kept["of"]) == (2, len(resolved.pairs), resolved.of)
+    assert kept["proxy"] == resolved.agreeing([proxy[n] for n in sorted(by_source)])
+    assert (f"the pairs the promoted accuracy resolves (means {resolved.margin:.4f} or more "
+            f"apart over 2 seeds): {len(resolved.pairs)} of {resolved.of}; ordered as it orders "
+            f"them by the proxy {kept['proxy']:g}") in out
 
     capsys.readouterr()
     assert nas_main(["pareto", "src", "--storage", url, "--json"]) == 0
