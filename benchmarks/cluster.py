@@ -59,6 +59,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -455,8 +456,8 @@ def latency(times: Path, arm: str, since: float, ended: list[tuple[float, float]
     runs: dict[str, list[tuple[float, float]]] = {}
     for x in mine:
         runs.setdefault(x["pid"], []).append((x["entered"], x["left"]))
-    refills = [b[0] - a[1] for spans in runs.values()
-               for a, b in zip(sorted(spans), sorted(spans)[1:], strict=False)]
+    refills = [b[0] - a[1] for spans in map(sorted, runs.values())
+               for a, b in itertools.pairwise(spans)]
     trips = [r for x in mine for r in x["reports"] if r > 1e-3]  # the engine's held report: 0
     if not mine or not trips or not ended:
         return ""

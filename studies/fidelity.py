@@ -184,10 +184,17 @@ def _cost_tau(costs: Sequence[dict[str, Any] | None], key: str,
     """Kendall's tau of the ranking by cost ``key`` alone (more ranked as more accurate)
     against ``truth``: the free baseline a proxy has to beat. ``None`` unless every pair's
     promoted trial holds that cost."""
+    counts = _cost_counts(costs, key)
+    return None if counts is None else rank_agreement(counts, truth)[0]
+
+
+def _cost_counts(costs: Sequence[dict[str, Any] | None], key: str) -> list[float] | None:
+    """Each pair's cost ``key`` (stored data: a number or nothing); ``None`` unless every pair
+    holds it as a number."""
     counts = [None if cost is None else cost.get(key) for cost in costs]
-    if any(c is None for c in counts):
+    if any(not isinstance(c, (int, float)) or isinstance(c, bool) for c in counts):
         return None
-    return rank_agreement([float(c) for c in counts if c is not None], truth)[0]
+    return [float(c) for c in counts if c is not None]
 
 
 def _ceiling(seeds: list[list[float]]) -> dict[str, Any] | None:
@@ -216,10 +223,8 @@ def _resolved(seeds: list[list[float]], proxy: Sequence[float],
         return None
 
     def by_cost(key: str) -> float | None:
-        counts = [None if cost is None else cost.get(key) for cost in costs]
-        if any(not isinstance(c, (int, float)) or isinstance(c, bool) for c in counts):
-            return None
-        return resolved.agreeing([float(c) for c in counts if c is not None])
+        counts = _cost_counts(costs, key)
+        return None if counts is None else resolved.agreeing(counts)
 
     return {"seeds": resolved.seeds, "margin": resolved.margin, "pairs": len(resolved.pairs),
             "of": resolved.of, "proxy": resolved.agreeing(proxy), "params": by_cost("params"),

@@ -260,28 +260,17 @@ class StudySearcher(Searcher):
         twin = self.pace.next_ready()
         if twin is not None:
             return self._launch(trial_id, twin)
+        if len(self.live) >= self.max_live and (self.ahead is not None or (
+                not self.pace.halted and self.pace.room(self.tally.counted, len(self.live)))):
+            return None  # fewer at once since workers were lost: wait for one to end
         if self.ahead is not None:
-            if len(self.live) >= self.max_live:
-                return None  # fewer at once since workers were lost: wait for one to end
             ahead, self.ahead = self.ahead, None
             if ahead.key in self.known:  # a trial of its key completed since it was asked
                 self._reuse(ahead)
             elif not self.pace.defer(ahead):
                 return self._launch(trial_id, ahead)
-        while not self.pace.halted and not self._converged():
-            if not self.pace.room(self.tally.counted, len(self.live)):
-                return self._finished_or_wait()
-            if len(self.live) >= self.max_live:
-                return None  # fewer at once since workers were lost: wait for one to end
-            sampled = self._ask()
-            self._show()
-            if sampled is None:
-                continue
-            if not self.pace.defer(sampled):
-                return self._launch(trial_id, sampled)
-            self.store.record_sampled(sampled.trial, sampled.attrs)  # a twin waits
-            sampled.stored = True
-        return self._finished_or_wait()
+        sampled = self._sample()
+        return self._finished_or_wait() if sampled is None else self._launch(trial_id, sampled)
 
     @_guarded
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None,
@@ -320,33 +309,19 @@ class StudySearcher(Searcher):
                 or len(self.live) < min(self.pool, self.max_live)
                 or self.pace.closed() or self.pace.ready):
             return
-        while not self.pace.halted and not self._converged():
-            if not self.pace.room(self.tally.counted, len(self.live)):
-                return
-            sampled = self._ask()
-            self._show()
-            if sampled is None:
-                continue
+        sampled = self._sample()
+        if sampled is not None:  # recorded now: the launch only names its Tune trial
             self.store.record_sampled(sampled.trial, sampled.attrs)
             sampled.stored = True
-            if not self.pace.defer(sampled):
-                self.ahead = sampled
-                return
+            self.ahead = sampled
 
     def _drop_ahead(self) -> None:
         """Close the trial asked ahead that no slot took (the run ends): interrupted, not
         counted, not enqueued again (it never trained; a later run's sampler draws afresh)."""
         ahead, self.ahead = self.ahead, None
-        if ahead is None:
-            return
-        try:
-            self.store.close_interrupted(
-                self.run.study, [ahead.trial], rerun=False,
-                reason="the run ended before this trial, asked ahead of a free slot, started")
-        except NasError:
-            self.unclosed += 1
-            return
-        self._told(Status.INTERRUPTED)
+        if ahead is not None:
+            self._abandon(ahead.trial, "the run ended before this trial, asked ahead of a free "
+                                       "slot, started")
 
     # ------------------------------------------------------------------ the scheduler's input
     def on_stop(self, trial_id: str, epoch: int) -> None:
@@ -501,6 +476,23 @@ class StudySearcher(Searcher):
             return None
         return _result_key(config.arch_id, {**self.settings_base, **overrides})
 
+    def _sample(self) -> _Candidate | None:
+        """Ask until a sampled trial may train now (returned), or until the budget has no room,
+        the run halted or the study converged (None). A twin of a trial in flight met on the
+        way waits for it (its attributes written)."""
+        while not self.pace.halted and not self._converged():
+            if not self.pace.room(self.tally.counted, len(self.live)):
+                return None
+            sampled = self._ask()
+            self._show()
+            if sampled is None:
+                continue
+            if not self.pace.defer(sampled):
+                return sampled
+            self.store.record_sampled(sampled.trial, sampled.attrs)  # a twin waits
+            sampled.stored = True
+        return None
+
     def _ask(self) -> _Candidate | None:
         """Ask for a trial, map its parameters to an architecture and cost it; reject it or
         reuse a known result (None), or return it to train."""
@@ -609,14 +601,15 @@ class StudySearcher(Searcher):
                                  source=previous.number, attrs=attrs)
         self._told(Status.REUSED, list(previous.values))
 
-    def _abandon(self, trial: optuna.trial.Trial) -> None:
-        """Close a trial whose parameters could not be drawn (a database fault): interrupted,
-        not counted, not enqueued again (the sampler draws afresh). Where the database cannot
-        be written now, it is left for the end of the run or the next resume to close."""
+    def _abandon(self, trial: optuna.trial.Trial,
+                 reason: str = "the database failed while this trial's parameters were "
+                               "drawn") -> None:
+        """Close a trial that will not train (by default one whose parameters could not be
+        drawn: a database fault): interrupted, not counted, not enqueued again (the sampler
+        draws afresh). Where the database cannot be written now, it is left for the end of the
+        run or the next resume to close."""
         try:
-            self.store.close_interrupted(
-                self.run.study, [trial], rerun=False,
-                reason="the database failed while this trial's parameters were drawn")
+            self.store.close_interrupted(self.run.study, [trial], rerun=False, reason=reason)
         except NasError:
             self.unclosed += 1
             return
