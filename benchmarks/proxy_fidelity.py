@@ -257,7 +257,16 @@ from nas.cost import estimate_cost
 from search_spaces import load_space
 from studies import StudySpec
 from studies._trials import base_settings, suggest
-from studies.fidelity import noise_ceiling, rank_agreement, resolved_pairs
+from studies.fidelity import (
+    TARGET_GAP,
+    Replicate,
+    meets_target,
+    noise_ceiling,
+    rank_agreement,
+    replicate,
+    resolved_pairs,
+    target_chance,
+)
 from trainers import get_task
 
 
@@ -393,6 +402,16 @@ def draw(setup: Setup, pairs: int, seed: int) -> list[tuple[dict[str, Any], dict
     return out
 
 
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected D[,D...] (integers), got {text!r}") from None
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"draw seeds repeat: {text!r}")
+    return seeds
+
+
 def _parse_sets(items: Sequence[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
@@ -417,13 +436,30 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:+.3f}"
 
 
-def measure(name: str, setup: Setup, args: argparse.Namespace, runner: Runner) -> None:
-    drawn = draw(setup, args.pairs, args.draw_seed)
+@dataclass(frozen=True)
+class Judged:
+    """One draw against the target (seeded truths only): each proxy seed's tau, the cost
+    alone's (parameters, MAdds) and the truth's own replicate."""
+
+    proxy: tuple[float | None, ...]
+    costs: tuple[float | None, ...]
+    replicate: Replicate
+
+
+def _verdict(tau: float | None, ceiling: float, costs: Sequence[float | None]) -> str:
+    if tau is None:
+        return "-"
+    return "meets" if meets_target(tau, ceiling, costs) else "misses"
+
+
+def measure(name: str, setup: Setup, args: argparse.Namespace, runner: Runner,
+            draw_seed: int) -> Judged | None:
+    drawn = draw(setup, args.pairs, draw_seed)
     proxy_base = base_settings(setup.spec(full=False))
     full_base = base_settings(setup.spec(full=True))
     print(f"\n== {name}: {len(drawn)} configurations of space {setup.space!r} on "
           f"{setup.task!r}{' at smoke scale' if setup.smoke else ''} (params <= "
-          f"{setup.params_max:g}, draw seed {args.draw_seed})")
+          f"{setup.params_max:g}, draw seed {draw_seed})")
     print(f"proxy settings: {json.dumps(proxy_base, sort_keys=True)}")
     print(f"full settings:  {json.dumps(full_base, sort_keys=True)}", flush=True)
     options = _parse_sets(args.task_option)
@@ -512,10 +548,51 @@ def measure(name: str, setup: Setup, args: argparse.Namespace, runner: Runner) -
         avg = [statistics.mean(s[i]["value"] for s in proxy_by_seed) for i in kept]
         print(f"{name}: the mean of proxy seeds 0-{args.proxy_seeds - 1} (x{args.proxy_seeds} "
               f"the proxy's budget): tau {_fmt(rank_agreement(avg, truth)[0])}")
+    judged = None
+    seeds_of = [[s[i]["value"] for s in by_seed] for i in kept]
+    costs = [[float(drawn[i][2]) for i in kept], [float(drawn[i][3]) for i in kept]]
+    twin = replicate(seeds_of, costs) if args.full_seeds > 1 else None
+    if twin is not None:  # the target, and how often the truth's own replicate meets it
+        seed_taus = tuple(rank_agreement([s[i]["value"] for i in kept], truth)[0]
+                          for s in proxy_by_seed)
+        judged = Judged(seed_taus, (by_params[0], by_madds[0]), twin)
+        each = "; ".join(f"seed {k} {_fmt(t)} {_verdict(t, twin.ceiling, judged.costs)}"
+                         for k, t in enumerate(seed_taus))
+        print(f"{name}: the target (tau {_fmt(twin.ceiling - TARGET_GAP)} or more: within "
+              f"{TARGET_GAP:g} of one more full training's {_fmt(twin.ceiling)}; and above "
+              f"parameters {_fmt(by_params[0])} and MAdds {_fmt(by_madds[0])}): the proxy "
+              f"{each}; one more full training as the proxy meets it in "
+              f"{100 * target_chance([twin], pooled=False):.0f}% of the truth's simulated noise")
     train_s = (sum(r["seconds"] for r in proxies), sum(r["seconds"] for r in full))
     print(f"{name}: seconds proxy {proxy_wall:.0f} wall ({train_s[0]:.0f} in training), full "
           f"{full_wall:.0f} wall ({train_s[1]:.0f} in training, {len(full)} trainings); cached "
           "results count 0 wall", flush=True)
+    return judged
+
+
+def pooled(name: str, draws: Sequence[int], judged: Sequence[Judged]) -> None:
+    """The target over several draws: on every draw, and by the means over them (each draw's
+    proxy tau the mean over its seeds), beside how often the truth's own replicate meets
+    each."""
+    def mean(values: Sequence[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return statistics.fmean(known) if len(known) == len(values) and known else None
+
+    proxy = mean([mean(j.proxy) for j in judged])
+    ceiling = statistics.fmean(j.replicate.ceiling for j in judged)
+    costs = [mean([j.costs[c] for j in judged]) for c in range(2)]
+    cases = [(j, t) for j in judged for t in j.proxy]
+    every = sum(t is not None and meets_target(t, j.replicate.ceiling, j.costs)
+                for j, t in cases)
+    replicates = [j.replicate for j in judged]
+    print(f"\n{name}, draws {','.join(map(str, draws))} together: the proxy's tau averages "
+          f"{_fmt(proxy)} over {len(judged)} draws ({len(cases)} (draw, seed) cases, of which "
+          f"{every} meet the draw's target) against one more full training's {_fmt(ceiling)}, "
+          f"parameters {_fmt(costs[0])}, MAdds {_fmt(costs[1])}: pooled, the proxy "
+          f"{_verdict(proxy, ceiling, costs)} the target. One more full training as the proxy "
+          f"meets it on every draw in {100 * target_chance(replicates, pooled=False):.0f}% of "
+          f"the truth's simulated noise, pooled in "
+          f"{100 * target_chance(replicates, pooled=True):.0f}%", flush=True)
 
 
 def main() -> None:
@@ -523,7 +600,9 @@ def main() -> None:
     parser.add_argument("--task", choices=sorted(SETUPS), action="append",
                         help="a task (repeatable; default: all)")
     parser.add_argument("--pairs", type=int, default=12, help="configurations per task")
-    parser.add_argument("--draw-seed", type=int, default=0, help="seed of the random draws")
+    parser.add_argument("--draw-seed", type=_seeds, default=[0], metavar="D[,D...]",
+                        help="seed of the random draws; several, comma-separated, are each "
+                             "measured, then judged together")
     parser.add_argument("--proxy", action="append", default=[], metavar="KEY=VALUE",
                         help="override a proxy training setting (or epochs)")
     parser.add_argument("--full", action="append", default=[], metavar="KEY=VALUE",
@@ -553,7 +632,10 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     runner = Runner(args.workers, args.cache)
     for name in args.task or list(SETUPS):
-        measure(name, _with(SETUPS[name], proxy_sets, full_sets), args, runner)
+        setup = _with(SETUPS[name], proxy_sets, full_sets)
+        judged = [measure(name, setup, args, runner, d) for d in args.draw_seed]
+        if len(judged) > 1 and all(j is not None for j in judged):
+            pooled(name, args.draw_seed, [j for j in judged if j is not None])
 
 
 if __name__ == "__main__":

@@ -18,8 +18,9 @@ from optuna.trial import FrozenTrial, TrialState
 from studies._trials import StudyRun
 from studies.store import StudyKey, trial_attrs
 
-__all__ = ["NoiseCeiling", "Resolved", "fidelity", "kendall_rows", "noise_ceiling",
-           "rank_agreement", "record_fidelity", "resolved_pairs"]
+__all__ = ["TARGET_GAP", "NoiseCeiling", "Replicate", "Resolved", "fidelity", "kendall_rows",
+           "meets_target", "noise_ceiling", "rank_agreement", "record_fidelity", "replicate",
+           "resolved_pairs", "target_chance"]
 
 
 def rank_agreement(proxy: Sequence[float], promoted: Sequence[float]) -> tuple[
@@ -80,6 +81,23 @@ def _seeded(scores: Sequence[Sequence[float]]) -> tuple[int, list[float], float]
     return k, [statistics.fmean(row) for row in scores], std
 
 
+def _simulate(scores: Sequence[Sequence[float]], draws: int, seed: int) -> tuple[
+    int, float, np.ndarray, np.ndarray, np.ndarray
+] | None:
+    """The parametric bootstrap behind :func:`noise_ceiling` and :func:`replicate`: the seeds
+    ``k``, their pooled std, the observed means, and ``draws`` simulated ``k``-seed truths and
+    single trainings (rows) around those means."""
+    seeded = _seeded(scores)
+    if seeded is None:
+        return None
+    k, listed, std = seeded
+    means = np.array(listed)
+    rng = np.random.default_rng(seed)
+    truth = means + rng.normal(0.0, std / math.sqrt(k), (draws, len(means)))
+    proxy = means + rng.normal(0.0, std, (draws, len(means)))
+    return k, std, means, truth, proxy
+
+
 def noise_ceiling(scores: Sequence[Sequence[float]], *, draws: int = 2000,
                   seed: int = 0) -> NoiseCeiling | None:
     """How far seed noise alone caps Kendall's tau against a mean of seeds (a parametric
@@ -93,14 +111,10 @@ def noise_ceiling(scores: Sequence[Sequence[float]], *, draws: int = 2000,
     more than the true ones (they hold noise too), so both figures lean high: a proxy that
     misses them is not shown to be bad, one that misses ``noise_free`` by far is.
     """
-    seeded = _seeded(scores)
-    if seeded is None:
+    simulated = _simulate(scores, draws, seed)
+    if simulated is None:
         return None
-    k, listed, std = seeded
-    means = np.array(listed)
-    rng = np.random.default_rng(seed)
-    truth = means + rng.normal(0.0, std / math.sqrt(k), (draws, len(means)))
-    proxy = means + rng.normal(0.0, std, (draws, len(means)))
+    k, std, means, truth, proxy = simulated
     free = kendall_rows(np.broadcast_to(means, truth.shape), truth)
     one = kendall_rows(proxy, truth)
 
@@ -109,6 +123,72 @@ def noise_ceiling(scores: Sequence[Sequence[float]], *, draws: int = 2000,
         return float(mid), float(lo), float(hi)
 
     return NoiseCeiling(k, std, summary(free), summary(one))
+
+
+#: How far below "one more full training" (the noise ceiling's ``one_seed`` median) a proxy's
+#: tau may lie and still meet the target (issue 35).
+TARGET_GAP = 0.1
+
+
+def meets_target(tau: float, ceiling: float, costs: Sequence[float | None], *,
+                 gap: float = TARGET_GAP) -> bool:
+    """The target a proxy is held to: its Kendall's tau within ``gap`` of ``ceiling`` (what one
+    more full training reaches) and above the tau of each ranking by cost alone in ``costs``
+    (parameters, MAdds; ``None`` where unknown). For one draw, or for means over draws. A tau
+    level with the bar meets it (to a rounding error of the subtraction)."""
+    return tau >= ceiling - gap - 1e-9 and all(c is None or tau > c for c in costs)
+
+
+@dataclass(frozen=True)
+class Replicate:
+    """One more full training of each configuration used as the proxy, over ``tau.size``
+    simulated noises of a draw's truth (:func:`noise_ceiling`'s bootstrap, the same draws for
+    the same seed): its tau against each simulated truth, each cost ranking's tau against the
+    same truth (``costs``, rows), and the ceiling the target counts from (the median of
+    ``tau``)."""
+
+    ceiling: float
+    tau: np.ndarray
+    costs: np.ndarray
+
+
+def replicate(scores: Sequence[Sequence[float]], costs: Sequence[Sequence[float]] = (), *,
+              draws: int = 2000, seed: int = 0) -> Replicate | None:
+    """The truth's own replicate on one draw (:class:`Replicate`); ``None`` with fewer than
+    two configurations or two seeds each. ``costs``: each cost ranking (more ranked as more
+    accurate), one value per configuration."""
+    simulated = _simulate(scores, draws, seed)
+    if simulated is None:
+        return None
+    *_, truth, proxy = simulated
+    if any(len(c) != truth.shape[1] for c in costs):
+        raise ValueError(f"Each cost ranking needs one value per configuration "
+                         f"({truth.shape[1]}), but got {sorted({len(c) for c in costs})}.")
+    tau = kendall_rows(proxy, truth)
+    by_cost = np.array([kendall_rows(np.broadcast_to(np.asarray(c, dtype=float), truth.shape),
+                                     truth) for c in costs]).reshape(len(costs), draws)
+    return Replicate(float(np.median(tau)), tau, by_cost)
+
+
+def target_chance(replicates: Sequence[Replicate], *, pooled: bool,
+                  gap: float = TARGET_GAP) -> float:
+    """How often the truth's own replicate meets :func:`meets_target`: on every draw of
+    ``replicates`` at once, or (``pooled``) by its mean tau over them against the mean
+    ceiling and the mean of each cost's tau. The draws are independent, so the i-th simulated
+    noise of each draw together make one joint outcome. Every replicate needs the same number
+    of simulated noises and of cost rankings."""
+    if not replicates:
+        raise ValueError("The target's chance needs at least one draw.")
+    tau = np.stack([r.tau for r in replicates])
+    costs = np.stack([r.costs for r in replicates])  # draws x cost rankings x noises
+    ceilings = np.array([r.ceiling for r in replicates])
+    if pooled:
+        mean = tau.mean(0)
+        ok = (mean >= ceilings.mean() - gap - 1e-9) & (mean > costs.mean(0)).all(0)
+    else:
+        ok = ((tau >= (ceilings - gap - 1e-9)[:, None])
+              & (tau[:, None, :] > costs).all(1)).all(0)
+    return float(ok.mean())
 
 
 @dataclass(frozen=True)

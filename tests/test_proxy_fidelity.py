@@ -5,6 +5,9 @@ scores: the benchmark's own run trains for minutes to an hour)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -13,7 +16,16 @@ import numpy as np
 import pytest
 
 from benchmarks import proxy_fidelity as pf
-from studies.fidelity import kendall_rows, noise_ceiling, rank_agreement, resolved_pairs
+from studies.fidelity import (
+    Replicate,
+    kendall_rows,
+    meets_target,
+    noise_ceiling,
+    rank_agreement,
+    replicate,
+    resolved_pairs,
+    target_chance,
+)
 
 
 def test_kendall_rows_is_scipys_tau_b_row_by_row_ties_and_constant_rows_included() -> None:
@@ -95,6 +107,44 @@ def test_the_resolved_pairs_are_those_further_apart_than_the_seeds_noise_allows(
         resolved_pairs([[0.5, 0.6], [0.7]])
 
 
+def test_the_target_is_a_tau_within_the_gap_of_the_ceiling_and_above_every_cost() -> None:
+    assert meets_target(0.70, 0.80, [0.1, 0.2])
+    assert meets_target(0.70, 0.80, [0.1, None])  # an unknown cost is not a bar
+    assert not meets_target(0.69, 0.80, [0.1, 0.2])  # more than 0.1 below the ceiling
+    assert not meets_target(0.70, 0.80, [0.70, 0.2])  # level with a cost is not above it
+    assert meets_target(0.5, 0.8, [], gap=0.3) and not meets_target(0.5, 0.8, [], gap=0.2)
+
+
+def test_the_replicate_is_the_ceilings_one_more_training_and_costs_are_ranked_alike() -> None:
+    means = [0.40 + 0.01 * i for i in range(8)]
+    scores = [[m - 0.015, m + 0.015, m] for m in means]
+    ceiling = noise_ceiling(scores, draws=300, seed=4)
+    twin = replicate(scores, [means, means[::-1]], draws=300, seed=4)
+    assert ceiling is not None and twin is not None
+    assert twin.ceiling == pytest.approx(ceiling.one_seed[0])  # the same simulated noise
+    assert twin.tau.shape == (300,) and twin.costs.shape == (2, 300)
+    # A cost that ranks as the true means do is the noise-free proxy; reversed, its negative.
+    assert np.median(twin.costs[0]) == pytest.approx(ceiling.noise_free[0])
+    assert np.allclose(twin.costs[1], -twin.costs[0])
+    assert replicate(scores, draws=10) is not None and replicate([[0.5, 0.6]]) is None
+    with pytest.raises(ValueError, match="one value per configuration"):
+        replicate(scores, [means[:3]])
+
+
+def test_the_targets_chance_counts_joint_outcomes_on_every_draw_or_pooled() -> None:
+    # Two draws, three simulated noises each; ceilings 0.8, so 0.7 or more meets the gap.
+    one = Replicate(0.8, np.array([0.5, 0.9, 0.9]), np.array([[0.0, 0.0, 0.95]]))
+    two = Replicate(0.8, np.array([0.9, 0.5, 0.9]), np.array([[0.0, 0.0, 0.0]]))
+    # Every draw: noise 0 misses on draw one, noise 1 on draw two, noise 2 on draw one's cost.
+    assert target_chance([one, two], pooled=False) == 0.0
+    # Pooled: means 0.7, 0.7 and 0.9 against ceiling 0.8; costs' means 0, 0 and 0.475.
+    assert target_chance([one, two], pooled=True) == 1.0
+    assert target_chance([two], pooled=False) == pytest.approx(2 / 3)
+    assert target_chance([two], pooled=True) == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="at least one draw"):
+        target_chance([], pooled=True)
+
+
 class _KnownScores:
     """The benchmark's ``Runner`` with each training's score given by its configuration (in
     the order first seen), fidelity and seed."""
@@ -122,10 +172,9 @@ class _KnownScores:
 def test_the_benchmark_scores_the_proxy_by_seed_0_and_prints_its_noise_and_ceiling(
         capsys: pytest.CaptureFixture[str]) -> None:
     setup = pf.SETUPS["digits"]
-    args = argparse.Namespace(pairs=4, draw_seed=0, task_option=[], full_seeds=3,
-                              proxy_seeds=2)
+    args = argparse.Namespace(pairs=4, task_option=[], full_seeds=3, proxy_seeds=2)
     runner = _KnownScores(setup.full_epochs)
-    pf.measure("digits", setup, args, runner)  # type: ignore[arg-type]
+    pf.measure("digits", setup, args, runner, 0)  # type: ignore[arg-type]
     out = capsys.readouterr().out
 
     proxy = [j for j in runner.jobs if j.settings["epochs"] == setup.proxy_epochs]
@@ -183,6 +232,22 @@ class _MeasuredOnly(pf.Runner):
 
 
 _CONSTANT_16 = {"schedule": "constant", "warmup_epochs": 0, "batch_size": 16}
+_MEASURED: dict[tuple[int, str], tuple[str, pf.Judged | None]] = {}
+
+
+def _measured(draw: int, proxy: dict[str, Any]) -> tuple[str, pf.Judged | None]:
+    """What the benchmark prints for digits' ``draw`` with ``proxy`` from the measured trainings,
+    and its judgement (once per test session: each draw builds the task and its 12 costs)."""
+    key = (draw, json.dumps(proxy, sort_keys=True))
+    if key not in _MEASURED:
+        runner = _MeasuredOnly(workers=1, cache=pf.MEASURED)
+        setup = pf._with(pf.SETUPS["digits"], proxy, {})
+        args = argparse.Namespace(pairs=12, task_option=[], full_seeds=4, proxy_seeds=2)
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            judged = pf.measure("digits", setup, args, runner, draw)
+        _MEASURED[key] = printed.getvalue(), judged
+    return _MEASURED[key]
 
 
 @pytest.mark.parametrize(("draw", "proxy", "printed"), [
@@ -195,22 +260,46 @@ _CONSTANT_16 = {"schedule": "constant", "warmup_epochs": 0, "batch_size": 16}
             "parameters 11, MAdds 10.5"),
     (1, _CONSTANT_16, "9 of 66; ordered as the truth orders them by the proxy 7, its seed 1 4, "
                       "parameters 8, MAdds 0.5"),
+    (0, {}, "the proxy seed 0 +0.062 misses; seed 1 -0.047 misses; one more full training as "
+            "the proxy meets it in 66% of the truth's simulated noise"),
+    (0, _CONSTANT_16, "the proxy seed 0 +0.431 meets; seed 1 +0.400 meets; one more full"),
+    (1, _CONSTANT_16, "(tau +0.233 or more: within 0.1 of one more full training's +0.333; and "
+                      "above parameters +0.357 and MAdds -0.328): the proxy seed 0 +0.295 "
+                      "misses; seed 1 +0.202 misses; one more full training as the proxy meets "
+                      "it in 50%"),
 ])
 def test_the_measured_digits_trainings_print_the_documented_taus(
-        draw: int, proxy: dict[str, Any], printed: str,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        draw: int, proxy: dict[str, Any], printed: str) -> None:
     """``benchmarks/measured/proxy_fidelity.jsonl`` still holds every training the script
     builds for digits' draws 0 and 1 (4 full seeds, 2 proxy seeds), and prints the docstring's
     figures from them."""
-    runner = _MeasuredOnly(workers=1, cache=pf.MEASURED)
-    setup = pf._with(pf.SETUPS["digits"], proxy, {})
-    args = argparse.Namespace(pairs=12, draw_seed=draw, task_option=[], full_seeds=4,
-                              proxy_seeds=2)
-    pf.measure("digits", setup, args, runner)
-    out = capsys.readouterr().out
+    out, _ = _measured(draw, proxy)
     assert printed in out, out
     assert "one more full training as the proxy +0.333" in out
     assert ("parameters tau +0.109" if draw == 0 else "parameters tau +0.357") in out
+
+
+@pytest.mark.parametrize(("proxy", "verdict"), [({}, "misses"), (_CONSTANT_16, "meets")])
+def test_the_measured_digits_draws_are_judged_together_against_the_truths_own_replicate(
+        proxy: dict[str, Any], verdict: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Draws 0 and 1 together: the pooled target, and how rarely one more full training meets
+    the per-draw target on both (the docstring's figures, from the measured trainings)."""
+    judged = [_measured(d, proxy)[1] for d in (0, 1)]
+    assert judged[0] is not None and judged[1] is not None
+    pf.pooled("digits", [0, 1], [judged[0], judged[1]])
+    out = capsys.readouterr().out
+    mean = {"misses": "+0.159", "meets": "+0.332"}[verdict]
+    assert (f"digits, draws 0,1 together: the proxy's tau averages {mean} over 2 draws") in out
+    assert (f"against one more full training's +0.333, parameters +0.233, MAdds -0.116: pooled, "
+            f"the proxy {verdict} the target. One more full training as the proxy meets it on "
+            f"every draw in 38% of the truth's simulated noise, pooled in 64%") in out
+
+
+def test_draw_seeds_parse_as_a_comma_separated_list_of_distinct_integers() -> None:
+    assert pf._seeds("3") == [3] and pf._seeds("0,1,4") == [0, 1, 4]
+    for bad in ("0,x", "1,1", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            pf._seeds(bad)
 
 
 def test_a_smoke_vqa_trial_trains_the_measured_proxy_and_the_truth_stays_pinned() -> None:
