@@ -84,6 +84,13 @@ def _run(args: argparse.Namespace) -> int:
               f"{resolved['of']}; ordered as it orders them by the proxy "
               f"{_count(resolved['proxy'])}, parameters {_count(resolved['params'])}, MAdds "
               f"{_count(resolved['madds'])}")
+    target = result.get("target")
+    if isinstance(target, dict):  # a seeded promotion: the proxy against the target
+        print(f"  the target (tau {_tau(target.get('bar'))} or more, within "
+              f"{_number(target.get('gap'))} of one more training, and above the cost alone): "
+              f"the proxy {_meets(target.get('meets'))} it; one more training of each trial "
+              f"meets it in {_share(target.get('one_seed_meets'))} of its seeds' simulated "
+              "noise")
     pairs = promoted_pairs(spec.name, plan.source.store)
     if pairs:
         print("  source trial  proxy accuracy  promoted accuracy")
@@ -132,6 +139,25 @@ def _tau(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return "-"
     return f"{value:+.3f}"
+
+
+def _number(value: Any) -> str:
+    """A stored number as printed: ``-`` where it is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "-"
+    return f"{value:g}"
+
+
+def _meets(value: Any) -> str:
+    """A stored verdict as printed: ``meets``, ``misses``, or ``-`` where it is not a bool."""
+    return ("meets" if value else "misses") if isinstance(value, bool) else "-"
+
+
+def _share(value: Any) -> str:
+    """A stored fraction as a percentage: ``-`` where it is not a number within 0 .. 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        return "-"
+    return f"{100 * value:.0f}%"
 
 
 def _integer(text: str) -> int:

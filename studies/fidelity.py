@@ -250,13 +250,14 @@ def fidelity(trials: Sequence[FrozenTrial], objective_names: Sequence[str], *, e
     truth = [math.fsum(acc) / len(acc) for _, acc, _ in by_source.values()]
     tau, rho = rank_agreement([proxy for proxy, _, _ in by_source.values()], truth)
     costs = [cost for _, _, cost in by_source.values()]
+    seeds = [acc for _, acc, _ in by_source.values()]
+    by_params, by_madds = _cost_tau(costs, "params", truth), _cost_tau(costs, "madds", truth)
     return {"kendall_tau": tau, "spearman_rho": rho, "pairs": len(truth), "epochs": epochs,
             "task": task, "proxy_epochs": proxy_epochs,
-            "params_kendall_tau": _cost_tau(costs, "params", truth),
-            "madds_kendall_tau": _cost_tau(costs, "madds", truth),
-            "noise_ceiling": _ceiling([acc for _, acc, _ in by_source.values()]),
-            "resolved": _resolved([acc for _, acc, _ in by_source.values()],
-                                  [proxy for proxy, _, _ in by_source.values()], costs)}
+            "params_kendall_tau": by_params, "madds_kendall_tau": by_madds,
+            "noise_ceiling": _ceiling(seeds),
+            "resolved": _resolved(seeds, [proxy for proxy, _, _ in by_source.values()], costs),
+            "target": _target(seeds, tau, costs, (by_params, by_madds))}
 
 
 def _cost_tau(costs: Sequence[dict[str, Any] | None], key: str,
@@ -288,6 +289,25 @@ def _ceiling(seeds: list[list[float]]) -> dict[str, Any] | None:
         return None
     return {"seeds": ceiling.seeds, "seed_std": ceiling.seed_std,
             "noise_free": ceiling.noise_free[0], "one_seed": ceiling.one_seed[0]}
+
+
+def _target(seeds: list[list[float]], tau: float | None,
+            costs: Sequence[dict[str, Any] | None],
+            cost_taus: tuple[float | None, float | None]) -> dict[str, Any] | None:
+    """After a seeded promotion (each pair the same two or more seeds) with a defined tau: the
+    target (:func:`meets_target`: the bar, ``TARGET_GAP`` below one more training's tau, and
+    whether the proxy meets it) and how often one more training itself would
+    (:func:`target_chance`). ``None`` otherwise."""
+    if tau is None or len({len(acc) for acc in seeds}) != 1:
+        return None
+    known = [c for c in (_cost_counts(costs, "params"), _cost_counts(costs, "madds"))
+             if c is not None]
+    twin = replicate(seeds, known)
+    if twin is None:
+        return None
+    return {"gap": TARGET_GAP, "bar": twin.ceiling - TARGET_GAP,
+            "meets": meets_target(tau, twin.ceiling, cost_taus),
+            "one_seed_meets": target_chance([twin], pooled=False)}
 
 
 def _resolved(seeds: list[list[float]], proxy: Sequence[float],

@@ -31,7 +31,14 @@ from nas.errors import ConfigError
 from nas_cli._common import format_agreement
 from nas_cli.main import main as nas_main
 from studies import StudySpec, create_study, run_study
-from studies.fidelity import noise_ceiling, resolved_pairs
+from studies.fidelity import (
+    TARGET_GAP,
+    meets_target,
+    noise_ceiling,
+    replicate,
+    resolved_pairs,
+    target_chance,
+)
 from studies.noise import noisy_front, seed_spread, spread_of, within_noise
 from studies.promote import plan_promotion
 from studies.store import StoredValueError, StudyKey, StudyStore, TrialKey, trial_attrs
@@ -205,6 +212,24 @@ def test_a_seeded_promotion_stores_each_seed_and_pareto_shows_the_spread(
     assert (f"the pairs the promoted accuracy resolves (means {resolved.margin:.4f} or more "
             f"apart over 2 seeds): {len(resolved.pairs)} of {resolved.of}; ordered as it orders "
             f"them by the proxy {kept['proxy']:g}") in out
+    # And the target: the bar below one more training's tau, the proxy's verdict on it, and how
+    # often one more training itself meets it (the same bootstrap, costs as stored).
+    seeds = [by_source[n] for n in sorted(by_source)]
+    source_costs = {t.user_attrs[TrialKey.SOURCE_TRIAL]: t.user_attrs[TrialKey.COST]
+                    for t in trials}
+    costs = [[float(source_costs[n][k]) for n in sorted(by_source)] for k in ("params", "madds")]
+    twin = replicate(seeds, costs)
+    target = stored["target"]
+    assert twin is not None and target["gap"] == TARGET_GAP
+    assert target["bar"] == pytest.approx(twin.ceiling - TARGET_GAP)
+    assert target["meets"] == meets_target(
+        stored["kendall_tau"], twin.ceiling,
+        [stored["params_kendall_tau"], stored["madds_kendall_tau"]])
+    assert target["one_seed_meets"] == pytest.approx(target_chance([twin], pooled=False))
+    assert (f"the target (tau {target['bar']:+.3f} or more, within 0.1 of one more training, and "
+            f"above the cost alone): the proxy {'meets' if target['meets'] else 'misses'} it; "
+            f"one more training of each trial meets it in "
+            f"{100 * target['one_seed_meets']:.0f}% of its seeds' simulated noise") in out
 
     capsys.readouterr()
     assert nas_main(["pareto", "src", "--storage", url, "--json"]) == 0
@@ -375,3 +400,17 @@ def test_a_rank_agreement_prints_a_stored_noise_ceiling_only_when_it_is_sound() 
                 {**sound, "one_seed": True}, {**sound, "noise_free": math.nan}):
         assert format_agreement({**base, "noise_ceiling": bad}) == (
             "Kendall tau +0.500, Spearman rho +0.600 over 8 pairs")
+
+
+def test_a_stored_target_prints_only_what_is_sound() -> None:
+    """``nas promote`` prints the stored target back from the database: a value another tool
+    wrote there in another shape prints as ``-``, never raises."""
+    from nas_cli.promote_cmd import _meets, _number, _share, _tau
+
+    assert (_tau(0.6333), _number(0.1), _meets(True), _meets(False), _share(0.664)) == (
+        "+0.633", "0.1", "meets", "misses", "66%")
+    for bad in (None, "0.5", True, math.nan, math.inf, [0.5]):
+        assert _tau(bad) == "-" and _number(bad) == "-" and _share(bad) == "-"
+    for bad in (None, "yes", 1, 0.0):
+        assert _meets(bad) == "-"
+    assert _share(1.5) == "-" and _share(-0.1) == "-"
