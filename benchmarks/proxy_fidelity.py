@@ -48,14 +48,14 @@ mean of N seeds, from the seeds' pooled spread (a parametric bootstrap, median a
 leans high, since the observed means hold noise too). ``--proxy-seeds P`` trains the proxy with
 seeds 0 .. P-1: the proxy score stays seed 0's (what a study trains); the others print their
 tau against the full score and against seed 0 (the proxy's own noise), and the mean of the P
-seeds its tau (a P times dearer proxy). With ``--full-seeds`` N >= 2 each draw is also judged against
-the target (issue 35; ``studies.fidelity.meets_target``): the proxy's tau within 0.1 of one more
-full training's and above the tau of parameters alone and of MAdds alone, per proxy seed, with
-how often one more full training itself, used as the proxy, would meet it under the truth's
-simulated noise (``studies.fidelity.target_chance``). ``--draw-seed D,D,...`` measures several
-draws, then judges them together: the proxy's tau averaged over draws (each the mean of its
-seeds) against the averaged ceiling and cost taus, and how often one more full training meets
-the target on every draw and pooled. ``--task-option KEY=VALUE`` passes an option of the
+seeds its tau (a P times dearer proxy). With ``--full-seeds`` N >= 2 each draw is also judged
+against the target (issue 35; ``studies.fidelity.meets_target``): the proxy's tau within 0.1 of
+one more full training's and above the tau of parameters alone and of MAdds alone, per proxy
+seed, with how often one more full training itself, used as the proxy, would meet it under the
+truth's simulated noise (``studies.fidelity.target_chance``). ``--draw-seed D,D,...`` measures
+several draws, then judges them together: the proxy's tau averaged over draws (each the mean of
+its seeds) against the averaged ceiling and cost taus, and how often one more full training
+meets the target on every draw and pooled. ``--task-option KEY=VALUE`` passes an option of the
 task's data to both fidelities (``val_size=5000`` on vqa). ``--cache FILE`` keeps each
 training's result in a JSON-lines file keyed by its task, architecture and settings, so a run
 that changes only the proxy reuses the full trainings. Trainings run ``--workers`` at a time,
