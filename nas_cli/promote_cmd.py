@@ -134,18 +134,23 @@ def _count(value: Any) -> str:
     return "-" if value is None else f"{value:g}"
 
 
+def _finite(value: Any) -> float | None:
+    """A stored number, or ``None`` where it is not a finite number (stored data: any shape)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 def _tau(value: Any) -> str:
     """A stored tau as printed: ``-`` where it is undefined or not a finite number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return "-"
-    return f"{value:+.3f}"
+    x = _finite(value)
+    return "-" if x is None else f"{x:+.3f}"
 
 
 def _number(value: Any) -> str:
     """A stored number as printed: ``-`` where it is not a finite number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return "-"
-    return f"{value:g}"
+    x = _finite(value)
+    return "-" if x is None else f"{x:g}"
 
 
 def _meets(value: Any) -> str:
@@ -155,9 +160,8 @@ def _meets(value: Any) -> str:
 
 def _share(value: Any) -> str:
     """A stored fraction as a percentage: ``-`` where it is not a number within 0 .. 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        return "-"
-    return f"{100 * value:.0f}%"
+    x = _finite(value)
+    return "-" if x is None or not 0 <= x <= 1 else f"{100 * x:.0f}%"
 
 
 def _integer(text: str) -> int:

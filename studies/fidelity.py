@@ -128,6 +128,8 @@ def noise_ceiling(scores: Sequence[Sequence[float]], *, draws: int = 2000,
 #: How far below "one more full training" (the noise ceiling's ``one_seed`` median) a proxy's
 #: tau may lie and still meet the target (issue 35).
 TARGET_GAP = 0.1
+#: A tau level with the bar meets it: the subtraction's rounding error is forgiven.
+_LEVEL = 1e-9
 
 
 def meets_target(tau: float, ceiling: float, costs: Sequence[float | None], *,
@@ -135,8 +137,8 @@ def meets_target(tau: float, ceiling: float, costs: Sequence[float | None], *,
     """The target a proxy is held to: its Kendall's tau within ``gap`` of ``ceiling`` (what one
     more full training reaches) and above the tau of each ranking by cost alone in ``costs``
     (parameters, MAdds; ``None`` where unknown). For one draw, or for means over draws. A tau
-    level with the bar meets it (to a rounding error of the subtraction)."""
-    return tau >= ceiling - gap - 1e-9 and all(c is None or tau > c for c in costs)
+    level with the bar meets it."""
+    return tau >= ceiling - gap - _LEVEL and all(c is None or tau > c for c in costs)
 
 
 @dataclass(frozen=True)
@@ -184,9 +186,9 @@ def target_chance(replicates: Sequence[Replicate], *, pooled: bool,
     ceilings = np.array([r.ceiling for r in replicates])
     if pooled:
         mean = tau.mean(0)
-        ok = (mean >= ceilings.mean() - gap - 1e-9) & (mean > costs.mean(0)).all(0)
+        ok = (mean >= ceilings.mean() - gap - _LEVEL) & (mean > costs.mean(0)).all(0)
     else:
-        ok = ((tau >= (ceilings - gap - 1e-9)[:, None])
+        ok = ((tau >= (ceilings - gap - _LEVEL)[:, None])
               & (tau[:, None, :] > costs).all(1)).all(0)
     return float(ok.mean())
 
