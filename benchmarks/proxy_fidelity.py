@@ -533,8 +533,9 @@ def measure(name: str, setup: Setup, args: argparse.Namespace, runner: Runner,
           f"({len(set(finals))} distinct full scores, {finals[0]:.4f} - {finals[-1]:.4f}; "
           f"median gap between neighbours {statistics.median(gaps) if gaps else 0:.4f})")
     truth = [mean[i] for i in kept]  # the cost alone, ranked against the same truth
-    by_params = rank_agreement([float(drawn[i][2]) for i in kept], truth)
-    by_madds = rank_agreement([float(drawn[i][3]) for i in kept], truth)
+    counts = [float(drawn[i][2]) for i in kept], [float(drawn[i][3]) for i in kept]
+    seeds_of = [[s[i]["value"] for s in by_seed] for i in kept]  # each kept one's full seeds
+    by_params, by_madds = rank_agreement(counts[0], truth), rank_agreement(counts[1], truth)
     print(f"{name}: the cost alone against the same truth (more is ranked better): parameters "
           f"tau {_fmt(by_params[0])} (rho {_fmt(by_params[1])}), MAdds tau {_fmt(by_madds[0])} "
           f"(rho {_fmt(by_madds[1])})")
@@ -544,7 +545,7 @@ def measure(name: str, setup: Setup, args: argparse.Namespace, runner: Runner,
         seed1 = [by_seed[1][i]["value"] for i in kept]
         print(f"{name}: against full seed 0 alone: tau {_fmt(rank_agreement(one, seed0)[0])}; "
               f"full seed 1 against full seed 0: tau {_fmt(rank_agreement(seed1, seed0)[0])}")
-        ceiling = noise_ceiling([[s[i]["value"] for s in by_seed] for i in kept])
+        ceiling = noise_ceiling(seeds_of)
         if ceiling is not None:  # what the truth's own noise leaves a proxy to reach
             free, extra = ceiling.noise_free, ceiling.one_seed
             print(f"{name}: noise ceiling against the mean of {ceiling.seeds} seeds (one "
@@ -552,13 +553,12 @@ def measure(name: str, setup: Setup, args: argparse.Namespace, runner: Runner,
                   f"{_fmt(free[0])} [{_fmt(free[1])}, {_fmt(free[2])}], one more full training "
                   f"as the proxy {_fmt(extra[0])} [{_fmt(extra[1])}, {_fmt(extra[2])}] "
                   "(median [5%, 95%])")
-        resolved = resolved_pairs([[s[i]["value"] for s in by_seed] for i in kept])
+        resolved = resolved_pairs(seeds_of)
         if resolved is not None:  # the pairs a proxy can be judged on at all
             rankers = [("the proxy", [proxy[i]["value"] for i in kept])]
             rankers += [(f"its seed {k}", [proxy_by_seed[k][i]["value"] for i in kept])
                         for k in range(1, args.proxy_seeds)]
-            rankers += [("parameters", [float(drawn[i][2]) for i in kept]),
-                        ("MAdds", [float(drawn[i][3]) for i in kept])]
+            rankers += [("parameters", counts[0]), ("MAdds", counts[1])]
             agree = ", ".join(f"{label} {resolved.agreeing(r):g}" for label, r in rankers)
             print(f"{name}: pairs the truth resolves (means {resolved.margin:.4f} or more apart: "
                   f"{resolved.z:g} standard errors of a difference of {resolved.seeds}-seed "
@@ -575,9 +575,7 @@ def measure(name: str, setup: Setup, args: argparse.Namespace, runner: Runner,
         print(f"{name}: the mean of proxy seeds 0-{args.proxy_seeds - 1} (x{args.proxy_seeds} "
               f"the proxy's budget): tau {_fmt(rank_agreement(avg, truth)[0])}")
     judged = None
-    seeds_of = [[s[i]["value"] for s in by_seed] for i in kept]
-    costs = [[float(drawn[i][2]) for i in kept], [float(drawn[i][3]) for i in kept]]
-    twin = replicate(seeds_of, costs) if args.full_seeds > 1 else None
+    twin = replicate(seeds_of, counts) if args.full_seeds > 1 else None
     if twin is not None:  # the target, and how often the truth's own replicate meets it
         seed_taus = tuple(rank_agreement([s[i]["value"] for i in kept], truth)[0]
                           for s in proxy_by_seed)
